@@ -1,0 +1,31 @@
+# The two commands: `make demo` and `make test`. Both create .venv from the lock file if missing.
+PY        ?= python3.11
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
+RLVR_HOME ?= $(CURDIR)/.rlvr
+export RLVR_HOME
+
+.PHONY: demo test env clean ui
+
+env: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -m pip install -q -r requirements.lock 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -c "import torch, transformers, mlflow, airflow, math_verify, components"
+	rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(BIN)/rlvr sweep dags/sweeps/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+ui: $(STAMP)
+	$(BIN)/rlvr ui
+
+clean:
+	rm -rf .rlvr

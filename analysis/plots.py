@@ -1,0 +1,45 @@
+"""Training curves and token plots (PNG), one line per run, coloured by method."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CURVES = [("reward/mean", "training reward"), ("val/accuracy", "validation accuracy"),
+          ("response/length_mean", "new tokens per response"), ("tokens/generated_cum", "generated tokens (cum.)")]
+
+
+def training_curves(runs: list[tuple[dict[str, Any], list[dict[str, float]]]], path: Path) -> Path:
+    """runs: (summary, metric history rows with a 'step' key)."""
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.4))
+    colors = {}
+    for summary, hist in runs:
+        m = summary["method"]
+        color = colors.setdefault(m, f"C{len(colors)}")
+        for ax, (key, title) in zip(axes, CURVES):
+            pts = [(h["step"], h[key]) for h in hist if key in h]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, color=color, alpha=0.85, label=f"{m} s{summary['seed']}")
+            ax.set_title(title)
+            ax.set_xlabel("update")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def accuracy_bars(df, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(df["method"], df["mean@k"], yerr=df["sd"], color=[f"C{i}" for i in range(len(df))], capsize=4)
+    ax.set_ylabel("held-out mean@k")
+    ax.set_title("accuracy on the hard held-out set")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,209 @@
+"""A rollout engine over a plain transformers causal LM (the CPU / embedded engine).
+
+Why not ``model.generate``: it runs a batch until its longest sequence ends and it
+prefills every sample's context separately. Rollout cost in this project is dominated by
+(a) n samples per context and (b) a long tail of sequences that stop early, so this
+engine has its own sampling loop that
+
+1. prefills each request's context once and then copies its KV cache to the request's
+   ``n`` rows (``batch_select_indices`` with repeated row ids), and
+2. retires finished sequences: when enough rows have hit EOS the batch is compacted
+   (cache rows dropped, and left-padding columns no remaining row needs trimmed), so the
+   per-step cost shrinks with the number of live sequences, and the loop stops as soon as
+   every sequence is done.
+
+Sampling uses a private ``torch.Generator`` seeded from ``SamplingParams.seed``: the same
+requests and seed give the same completions, and the global RNG is never touched.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter
+
+
+class HFEngine:
+    """``RolloutEngine`` over a transformers causal LM with a KV cache (Qwen2, Llama, ...)."""
+
+    def __init__(self, model: Any, tokenizer: Any, meter: TokenMeter | None = None,
+                 max_batch_sequences: int = 512, compact_fraction: float = 0.125):
+        if max_batch_sequences < 1:
+            raise ValueError("max_batch_sequences must be >= 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.meter = meter if meter is not None else TokenMeter()
+        self.max_batch_sequences = int(max_batch_sequences)
+        # compact once this share of the live batch has finished (1 row minimum). A compaction
+        # copies the cache once, about what DynamicCache's per-step torch.cat costs anyway.
+        self.compact_fraction = float(compact_fraction)
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+
+    # ------------------------------------------------------------------ public
+
+    def generate(self, requests: Sequence[Request], params: SamplingParams,
+                 purpose: str = "train_rollout") -> list[list[Completion]]:
+        """One list of ``request.n`` completions per request, in request order.
+
+        Records one meter row: prompt tokens = context lengths of the requests that were
+        run (n > 0; each context is prefilled once however many samples it gets),
+        generated tokens = all sampled ids (EOS included), sequences = sum of n.
+        """
+        if purpose not in PURPOSES:
+            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
+        _check_params(params)
+        out: list[list[Completion]] = [[] for _ in requests]
+        device = next(self.model.parameters()).device
+        gen = torch.Generator(device=device)
+        if params.seed is not None:
+            gen.manual_seed(int(params.seed))
+        else:
+            gen.seed()   # fresh entropy for this generator only, global RNG untouched
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for chunk in self._chunks(requests):
+                    contexts = [requests[ri].context_ids for ri, _ in chunk]
+                    results = self._run(contexts, [k for _, k in chunk], params, gen, device)
+                    for (ri, _), comps in zip(chunk, results):
+                        out[ri].extend(comps)
+        finally:
+            self.model.train(was_training)
+
+        self.meter.record(purpose,
+                          prompt_tokens=sum(len(r.context_ids) for r in requests if r.n > 0),
+                          generated_tokens=sum(len(c.token_ids) for cs in out for c in cs),
+                          sequences=sum(len(cs) for cs in out), requests=len(requests))
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _chunks(self, requests: Sequence[Request]) -> list[list[tuple[int, int]]]:
+        """Pack (request index, samples) pieces into chunks of at most max_batch_sequences
+        rows. A request with more samples than a chunk holds is split (its context is then
+        prefilled once per piece; the meter still counts it once, as the protocol says)."""
+        chunks: list[list[tuple[int, int]]] = []
+        cur: list[tuple[int, int]] = []
+        room = self.max_batch_sequences
+        for ri, r in enumerate(requests):
+            left = r.n
+            while left > 0:
+                if room == 0:
+                    chunks.append(cur)
+                    cur, room = [], self.max_batch_sequences
+                take = min(left, room)
+                cur.append((ri, take))
+                left -= take
+                room -= take
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _run(self, contexts: list[tuple[int, ...]], ns: list[int], params: SamplingParams,
+             gen: torch.Generator, device: torch.device) -> list[list[Completion]]:
+        """Sample ``ns[i]`` continuations of ``contexts[i]`` in one batch."""
+        model, max_new = self.model, params.max_new_tokens
+        if max_new == 0:
+            return [[Completion((), "", "length") for _ in range(k)] for k in ns]
+
+        # 1. prefill the distinct contexts, left-padded, positions counted from each one's start
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
+            mask[i, width - len(c):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        pos = (mask.cumsum(-1) - 1).clamp_(min=0)
+        cache = DynamicCache(config=model.config)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+        # 2. fan out: row r of the decode batch is a sample of context rows[r]
+        rows = torch.repeat_interleave(torch.arange(len(contexts), device=device),
+                                       torch.tensor(ns, device=device))
+        cache.batch_select_indices(rows)
+        logits, mask = logits[rows], mask[rows]
+        next_pos = pos[rows, -1] + 1
+        total = rows.numel()
+
+        tokens = torch.full((total, max_new), self.pad_id, dtype=torch.long, device=device)
+        lengths = torch.full((total,), max_new, dtype=torch.long, device=device)
+        stopped = torch.zeros(total, dtype=torch.bool, device=device)
+        seq = torch.arange(total, device=device)          # batch row -> sequence index
+        live = torch.ones(total, dtype=torch.bool, device=device)  # per batch row
+
+        for t in range(max_new):
+            tok = _sample(logits, params, gen)
+            tokens[seq, t] = tok
+            hit = live & (tok == self.eos_id)
+            if bool(hit.any()):
+                lengths[seq[hit]] = t + 1
+                stopped[seq[hit]] = True
+                live &= ~hit
+            n_live = int(live.sum())
+            if n_live == 0 or t + 1 == max_new:
+                break
+            if live.numel() - n_live >= max(1, int(self.compact_fraction * live.numel())):
+                keep = live.nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                mask, next_pos, seq, tok = mask[keep], next_pos[keep], seq[keep], tok[keep]
+                live = torch.ones(keep.numel(), dtype=torch.bool, device=device)
+                mask = _trim_left_padding(cache, mask)
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+            next_pos = next_pos + 1
+
+        tokens_l, lengths_l, stopped_l = tokens.tolist(), lengths.tolist(), stopped.tolist()
+        comps = [self._completion(tokens_l[i][:lengths_l[i]], stopped_l[i]) for i in range(total)]
+        out, start = [], 0
+        for k in ns:
+            out.append(comps[start:start + k])
+            start += k
+        return out
+
+    def _completion(self, ids: list[int], stopped: bool) -> Completion:
+        return Completion(token_ids=tuple(ids), text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                          finish_reason="stop" if stopped else "length")
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
+    """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling."""
+    if params.temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # drop a token when the mass strictly before it already reaches top_p (the top one always stays)
+        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= params.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+
+
+def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    """Drop leading columns that no remaining row attends to (their long contexts retired).
+    Positions are passed explicitly, so removing all-padding columns changes nothing."""
+    used = mask.any(dim=0)
+    first = int(used.long().argmax()) if bool(used.any()) else 0
+    if first == 0:
+        return mask
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, first:, :]
+        layer.values = layer.values[:, :, first:, :]
+    return mask[:, first:]
+
+
+def _check_params(params: SamplingParams) -> None:
+    if params.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not (0 < params.top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")

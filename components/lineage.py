@@ -1,0 +1,443 @@
+"""Lineage: cache keys, the artifact store, and one MLflow run per stage execution.
+
+``run_stage(name, params, inputs)`` is the single entry point used by the CLI, by
+Airflow tasks and by Kubernetes pods. A stage's output is a directory with a
+``manifest.json`` of file digests; it appears under its final path only complete
+(written to a temporary sibling, then renamed), so a crash never leaves a half
+artifact that a later run could mistake for a finished one.
+
+mlflow is imported lazily (2-3 s) so that light users (the DAG parser, cache-key
+helpers, the sweep validator) never pay for it.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from components.stages.base import StageContext
+
+STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
+    "prepare_data", "pretrain", "filter_hard", "seed_prefixes",
+    "train", "evaluate", "tokens", "tables")}
+
+# JSON {stage name: module path}; lets tests and the CLI swap in toy stages across
+# process boundaries (Airflow task processes, `rlvr run-stage` subprocesses).
+OVERRIDES_ENV = "RLVR_STAGE_OVERRIDES"
+MANIFEST = "manifest.json"
+SMALL_ARTIFACT_SUFFIXES = {".md", ".csv", ".png", ".json"}
+SMALL_ARTIFACT_BYTES = 10 * 1024 * 1024
+# MLflow limits (mlflow.utils.validation): keys 250, param values 6000, tags 8000.
+_MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
+
+
+class StageError(RuntimeError):
+    """A stage cannot be run as asked (bad params, missing input). ``str`` is one line."""
+
+
+# ---------------------------------------------------------------- settings
+
+def rlvr_home() -> Path:
+    return Path(os.environ.get("RLVR_HOME") or Path.cwd() / ".rlvr").resolve()
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{rlvr_home() / 'mlflow.db'}"
+
+
+def artifact_root() -> Path:
+    return rlvr_home() / "mlartifacts"
+
+
+def artifact_dir(stage: str, key: str) -> Path:
+    return rlvr_home() / "artifacts" / stage / key
+
+
+def work_dir(stage: str, key: str) -> Path:
+    return rlvr_home() / "work" / stage / key
+
+
+# ---------------------------------------------------------------- registry
+
+def register_stage(name: str, module_path: str) -> None:
+    STAGES[name] = module_path
+
+
+def stage_module_path(name: str) -> str:
+    overrides = json.loads(os.environ.get(OVERRIDES_ENV) or "{}")
+    if name in overrides:
+        return overrides[name]
+    if name not in STAGES:
+        raise StageError(f"unknown stage '{name}' (known: {', '.join(sorted(STAGES))})")
+    return STAGES[name]
+
+
+def load_stage(name: str):
+    """Import the stage lazily. ``pkg.mod`` is a stage module; ``pkg.mod:obj`` names an
+    object in it with the same attributes (handy for several toy stages in one file)."""
+    path = stage_module_path(name)
+    mod_path, _, attr = path.partition(":")
+    try:
+        mod = importlib.import_module(mod_path)
+    except ModuleNotFoundError as e:
+        if e.name and mod_path.startswith(e.name):  # the stage module itself is missing
+            raise StageError(f"stage '{name}': module {mod_path} not found") from None
+        raise
+    if attr:
+        if not hasattr(mod, attr):
+            raise StageError(f"stage '{name}': {mod_path} has no attribute {attr}")
+        mod = getattr(mod, attr)
+    missing = [a for a in ("Params", "VERSION", "run") if not hasattr(mod, a)]
+    if missing:
+        raise StageError(f"stage '{name}': {path} lacks {', '.join(missing)}")
+    return mod
+
+
+# ---------------------------------------------------------------- digests + manifest
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_key(stage: str, version: Any, params: dict, input_digests: dict[str, str]) -> str:
+    blob = _canonical({"stage": stage, "version": version, "params": params, "inputs": input_digests})
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file_digests(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            p = Path(dirpath) / fn
+            rel = p.relative_to(root).as_posix()
+            if rel != MANIFEST:
+                out[rel] = file_sha256(p)
+    return out
+
+
+def tree_digest(files: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\0{files[rel]}\n".encode())
+    return h.hexdigest()
+
+
+def read_manifest(d: str | Path) -> dict | None:
+    try:
+        return json.loads((Path(d) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def verify_manifest(d: str | Path) -> bool:
+    """True iff manifest.json exists and every file (and only those) matches its digest."""
+    m = read_manifest(d)
+    if not m or not isinstance(m.get("files"), dict):
+        return False
+    try:
+        files = _file_digests(Path(d))
+    except OSError:
+        return False
+    return files == m["files"] and tree_digest(files) == m.get("digest")
+
+
+def _fsync_dir(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_manifest(d: Path, manifest: dict) -> None:
+    p = d / MANIFEST
+    with open(p, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(d)
+
+
+def _uri_path(uri: str) -> Path:
+    return Path(uri.removeprefix("file://")).expanduser().resolve()
+
+
+# ---------------------------------------------------------------- mlflow helpers
+
+_clients: dict[str, Any] = {}
+
+
+def client():
+    from mlflow import MlflowClient
+    uri = tracking_uri()
+    if uri not in _clients:  # one store (and one sqlite engine) per URI per process
+        _clients[uri] = MlflowClient(tracking_uri=uri)
+    return _clients[uri]
+
+
+def ensure_experiment(name: str) -> str:
+    from mlflow.exceptions import MlflowException
+    c = client()
+    exp = c.get_experiment_by_name(name)
+    if exp is None:
+        # Explicit location: otherwise MLflow puts artifacts under ./mlruns of the cwd.
+        # A remote tracking server chooses its own (proxied) location.
+        loc = None if tracking_uri().startswith(("http:", "https:", "databricks")) else artifact_root().as_uri()
+        try:
+            return c.create_experiment(name, artifact_location=loc)
+        except MlflowException:  # created concurrently by another process
+            exp = c.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        c.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def _one_line(text: Any, limit: int = 500) -> str:
+    s = " ".join(str(text).split())
+    return s[:limit]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key[:_MAX_KEY]] = (v if isinstance(v, str) else _canonical(v))[:_MAX_PARAM]
+    return out
+
+
+class MlflowTracker:
+    """The stage Tracker backed by one MLflow run, addressed by id (never the
+    fluent active-run global, which is per-process and per-thread)."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+        ts = int(time.time() * 1000)
+        ms = [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()]
+        for i in range(0, len(ms), 1000):
+            client().log_batch(self.run_id, metrics=ms[i:i + 1000])
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+        ps = [Param(k, v) for k, v in _flatten(params).items()]
+        for i in range(0, len(ps), 100):
+            client().log_batch(self.run_id, params=ps[i:i + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+        ts = [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()]
+        for i in range(0, len(ts), 100):
+            client().log_batch(self.run_id, tags=ts[i:i + 100])
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        if Path(path).is_dir():
+            client().log_artifacts(self.run_id, str(path), artifact_path)
+        else:
+            client().log_artifact(self.run_id, str(path), artifact_path)
+
+
+# ---------------------------------------------------------------- locking + cache lookup
+
+@contextlib.contextmanager
+def _key_lock(key: str) -> Iterator[None]:
+    d = rlvr_home() / "locks"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{key}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # a second process waits here, then hits the cache
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _lookup(stage: str, key: str, repair: bool) -> dict | None:
+    """A cache hit needs both: a FINISHED run tagged with the key (in any experiment:
+    the key is content-addressed, so sweeps share results) and a verified artifact."""
+    c = client()
+    exp_ids = [e.experiment_id for e in c.search_experiments()]
+    runs = c.search_runs(exp_ids, f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'FINISHED'",
+                         order_by=["attributes.start_time DESC"], max_results=1) if exp_ids else []
+    d = artifact_dir(stage, key)
+    if not runs or not d.exists():
+        return None
+    m = read_manifest(d)
+    if m and m.get("cache_key") == key and verify_manifest(d):
+        return {"stage": stage, "uri": str(d), "digest": m["digest"], "run_id": runs[0].info.run_id,
+                "cache_key": key, "cached": True, "summary": m.get("summary", {})}
+    if repair:  # never use a tampered/partial artifact; keep it for inspection
+        stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+        os.rename(d, d.with_name(f"{d.name}.corrupt-{stamp}-{uuid.uuid4().hex[:6]}"))
+    return None
+
+
+# ---------------------------------------------------------------- run_stage
+
+def _validate_params(name: str, mod, params: dict):
+    from pydantic import ValidationError
+    try:
+        return mod.Params.model_validate(params or {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<params>"
+        problem = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise StageError(_one_line(f"stage '{name}': params.{field}: {problem}{more}")) from None
+
+
+def _resolve_inputs(name: str, mod, inputs: dict[str, str]) -> dict[str, tuple[Path, dict]]:
+    import fnmatch
+    declared = list(getattr(mod, "INPUTS", None) or [])
+    # Names with glob characters ("run_*") describe open families of inputs; others are required.
+    for req in (n for n in declared if not any(ch in n for ch in "*?[")):
+        if req not in inputs:
+            raise StageError(f"stage '{name}': missing input '{req}' (given: {', '.join(sorted(inputs)) or 'none'})")
+    if declared and not all(any(fnmatch.fnmatch(n, pat) for pat in declared) for n in inputs):
+        bad = [n for n in inputs if not any(fnmatch.fnmatch(n, pat) for pat in declared)]
+        raise StageError(f"stage '{name}': unexpected input '{bad[0]}' (declared: {', '.join(declared)})")
+    out = {}
+    for n, uri in sorted(inputs.items()):
+        p = _uri_path(str(uri))
+        m = read_manifest(p)
+        if m is None or not verify_manifest(p):
+            why = "no manifest.json" if m is None else "files do not match manifest.json"
+            raise StageError(f"stage '{name}': input '{n}': {p} is not a finished artifact ({why})")
+        out[n] = (p, m)
+    return out
+
+
+def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, sweep: str = "default",
+              parent_run_id: str | None = None, force: bool = False) -> dict:
+    mod = load_stage(name)
+    p = _validate_params(name, mod, params)
+    resolved = _resolve_inputs(name, mod, inputs or {})
+    pdict = p.model_dump(mode="json")
+    key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()})
+    exp_id = ensure_experiment(sweep)
+    if not force and (hit := _lookup(name, key, repair=False)):
+        return hit
+    with _key_lock(key):
+        if not force and (hit := _lookup(name, key, repair=True)):
+            return hit  # computed by a concurrent process while we waited
+        return _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id)
+
+
+def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -> dict:
+    c = client()
+    tags = {"rlvr.stage": name, "rlvr.cache_key": key, "rlvr.sweep": sweep,
+            "rlvr.version": str(mod.VERSION), "mlflow.runName": f"{name}-{key[:8]}",
+            "rlvr.inputs": _canonical({n: m.get("run_id") for n, (_, m) in resolved.items()})[:_MAX_TAG]}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run_id = c.create_run(exp_id, tags=tags, run_name=tags["mlflow.runName"]).info.run_id
+    tracker = MlflowTracker(run_id)
+    final = artifact_dir(name, key)
+    tmp = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        tracker.log_params(pdict)
+        _log_inputs(run_id, resolved)
+        tmp.mkdir(parents=True)
+        wd = work_dir(name, key)
+        wd.mkdir(parents=True, exist_ok=True)
+        ctx = StageContext(out_dir=tmp, work_dir=wd, inputs={n: path for n, (path, _) in resolved.items()},
+                           tracker=tracker, cache_key=key, sweep=sweep)
+        summary = json.loads(json.dumps(mod.run(p, ctx) or {}, default=str))  # must be JSON-able
+        files = _file_digests(tmp)
+        manifest = {"stage": name, "version": mod.VERSION, "cache_key": key, "params": pdict,
+                    "inputs": {n: {"uri": str(path), "digest": m["digest"], "run_id": m.get("run_id")}
+                               for n, (path, m) in resolved.items()},
+                    "files": files, "digest": tree_digest(files), "summary": summary, "run_id": run_id,
+                    "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+        _write_manifest(tmp, manifest)  # last: its presence marks the artifact complete
+        _move_into_place(tmp, final)
+        _log_small_artifacts(tracker, final)
+        tracker.set_tags({"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]})
+        c.set_terminated(run_id, "FINISHED")
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            tracker.set_tags({"rlvr.error": _one_line(f"{type(e).__name__}: {e}")})
+            c.set_terminated(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
+    shutil.rmtree(work_dir(name, key), ignore_errors=True)  # checkpoints are moot once final
+    return {"stage": name, "uri": str(final), "digest": manifest["digest"], "run_id": run_id,
+            "cache_key": key, "cached": False, "summary": summary}
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    old = None
+    if final.exists():  # stale (unverified, or no FINISHED run): replace it, never merge
+        old = final.with_name(f"{final.name}.old-{uuid.uuid4().hex}")
+        os.rename(final, old)
+    os.rename(tmp, final)  # same directory, same filesystem: atomic
+    _fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _log_inputs(run_id: str, resolved: dict[str, tuple[Path, dict]]) -> None:
+    if not resolved:
+        return
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    ds = [DatasetInput(Dataset(name=n, digest=m["digest"][:36], source_type="local",  # digest max 36
+                               source=_canonical({"uri": path.as_uri()})),
+                       tags=[InputTag("mlflow.data.context", n), InputTag("rlvr.stage", str(m.get("stage")))])
+          for n, (path, m) in resolved.items()]
+    client().log_inputs(run_id, datasets=ds)
+
+
+def _log_small_artifacts(tracker: MlflowTracker, d: Path) -> None:
+    for p in sorted(d.rglob("*")):
+        if p.is_file() and (p.suffix in SMALL_ARTIFACT_SUFFIXES) and p.stat().st_size < SMALL_ARTIFACT_BYTES:
+            rel_parent = p.parent.relative_to(d).as_posix()
+            tracker.log_artifact(p, None if rel_parent == "." else rel_parent)
+
+
+# ---------------------------------------------------------------- sweep parent runs
+
+def start_sweep_run(sweep_name: str, config: dict) -> str:
+    """The parent run of one sweep execution; stage runs hang under it."""
+    import tempfile
+
+    import yaml
+    c = client()
+    exp_id = ensure_experiment(sweep_name)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run = c.create_run(exp_id, run_name=f"sweep-{sweep_name}-{stamp}",
+                       tags={"rlvr.sweep": sweep_name, "rlvr.kind": "sweep"})
+    tracker = MlflowTracker(run.info.run_id)
+    tracker.log_params({k: config[k] for k in ("executor", "seeds", "models", "methods", "retries") if k in config})
+    with tempfile.TemporaryDirectory() as td:
+        f = Path(td) / "sweep.yaml"
+        f.write_text(yaml.safe_dump(config, sort_keys=False))
+        tracker.log_artifact(f)
+    return run.info.run_id
+
+
+def end_sweep_run(run_id: str, status: str = "FINISHED") -> None:
+    client().set_terminated(run_id, status)

@@ -1,0 +1,1 @@
+"""Allocation methods behind one protocol (see base.py); ``registry.build(name, config)``."""

@@ -1,0 +1,34 @@
+"""Method registry: name -> "module:Class", imported lazily so that listing methods
+(sweep validation, DAG parsing) never imports torch."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_METHODS: dict[str, str] = {
+    "grpo": "components.methods.grpo:GRPO",
+    "vsr": "components.methods.vsr:VSR",
+    "sft": "components.methods.sft:SFT",
+}
+
+
+def register(name: str, target: str) -> None:
+    """Register a method implemented elsewhere (a plug-in): ``register("mine", "pkg.mod:Cls")``."""
+    _METHODS[name] = target
+
+
+def available() -> list[str]:
+    return sorted(_METHODS)
+
+
+def method_class(name: str) -> type:
+    if name not in _METHODS:
+        raise KeyError(f"unknown method '{name}' (available: {', '.join(available())})")
+    mod, _, cls = _METHODS[name].partition(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def build(name: str, config: dict[str, Any] | None = None):
+    """Instantiate a method from its name and a config dict (validated by its Config model)."""
+    cls = method_class(name)
+    return cls(cls.Config(**(config or {})))

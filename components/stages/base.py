@@ -1,0 +1,72 @@
+"""The stage contract. A stage is one module in ``components/stages/`` with:
+
+- ``NAME``     its registry name (``prepare_data``, ``train``, ...)
+- ``VERSION``  bump when the code changes what the stage produces (part of the cache key)
+- ``Params``   a pydantic model (``StageParams`` subclass: unknown keys are errors)
+- ``INPUTS``   names of the upstream artifacts it needs (``{"data": ..., "model": ...}``)
+- ``run(params, ctx) -> dict``  writes its outputs under ``ctx.out_dir`` and returns a small
+  JSON-able summary (stored in the manifest and returned to Airflow as XCom).
+
+``components.lineage.run_stage`` wraps it: cache key, MLflow run, temporary output
+directory, digest manifest, atomic move. A stage never writes outside ``ctx.out_dir``
+except into ``ctx.work_dir`` (checkpoints that survive a crash, keyed by the cache key).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StageParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tracker(Protocol):
+    run_id: str
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+    def log_params(self, params: dict[str, Any]) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
+
+
+class NullTracker:
+    """For library calls outside a stage (benches, notebooks): records metrics in memory."""
+
+    run_id = ""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int | None, dict[str, float]]] = []
+        self.params: dict[str, Any] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.append((step, dict(metrics)))
+
+    def log_params(self, params):
+        self.params.update(params)
+
+    def set_tags(self, tags):
+        self.tags.update(tags)
+
+    def log_artifact(self, path, artifact_path=None):
+        pass
+
+
+@dataclass
+class StageContext:
+    out_dir: Path                      # temporary; moved into place only if run() returns
+    work_dir: Path                     # persistent per cache key: checkpoints for resume
+    inputs: dict[str, Path]            # input name -> finished artifact directory
+    tracker: Tracker
+    cache_key: str = ""
+    sweep: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def input(self, name: str) -> Path:
+        if name not in self.inputs:
+            raise KeyError(f"stage input '{name}' was not provided (have: {sorted(self.inputs)})")
+        return self.inputs[name]

@@ -1,0 +1,55 @@
+"""Helpers shared by the stages that load a policy, generate and grade."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from components.data.schema import DataError
+
+
+def set_threads(n: int | None) -> None:
+    import torch
+
+    n = n or min(2, os.cpu_count() or 1)
+    torch.set_num_threads(n)
+
+
+def load_model(model_dir: Path):
+    """(model, tokenizer) from a stage artifact: ``<dir>/model`` or the dir itself."""
+    from components.policy import load_policy
+
+    d = model_dir / "model" if (model_dir / "model").is_dir() else model_dir
+    if not (d / "config.json").is_file():
+        raise DataError(f"{d}: no model here (config.json missing)")
+    return load_policy(d)
+
+
+def make_engine(model, tokenizer, meter):
+    from components.engine.hf import HFEngine
+
+    return HFEngine(model, tokenizer, meter=meter)
+
+
+def grade_fn(timeout_s: float = 5.0, workers: int = 2):
+    """(texts, golds) -> [(score, reason)] through the math-verify worker pool."""
+    from components.reward.grader import Grader
+
+    grader = Grader(workers=workers, timeout_s=timeout_s)
+
+    def grade(texts: list[str], golds: list[str]) -> list[tuple[float, str]]:
+        return [(g.score, g.reason) for g in grader.grade_batch(texts, golds)]
+
+    grade.grader = grader  # type: ignore[attr-defined]
+    return grade
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise DataError(f"{path}: missing")
+    return json.loads(path.read_text())

@@ -1,0 +1,98 @@
+"""evaluate: accuracy of one policy on a held-out set.
+
+The VSR paper's protocol by default: 16 samples per prompt over 2 seeds (``samples_per_seed``
+x ``seeds``) at temperature 0.7; reports mean@k (mean accuracy, also per seed so the
+tables can show the spread), unbiased pass@k for each ``pass_ks`` (Chen et al. 2021),
+and maj@k (majority vote over extracted answers). The model input is either the base
+policy (``pretrain``) or a ``train`` output; ``label`` names the row in the tables.
+"""
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field
+
+from components.stages.base import StageContext, StageParams
+
+NAME = "evaluate"
+VERSION = 1
+INPUTS = ("model", "hard")
+
+
+class Params(StageParams):
+    label: str = "base"
+    split: Literal["heldout", "train"] = "heldout"
+    samples_per_seed: int = Field(8, ge=1)
+    seeds: list[int] = [0, 1]
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(96, ge=1)
+    max_problems: int | None = Field(None, ge=1)
+    pass_ks: list[int] = [1, 8, 16]
+    prompt_template: Literal["raw", "chat"] = "raw"
+    grading_timeout_s: float = Field(5.0, gt=0)
+    threads: int | None = None
+
+
+def run(params: Params, ctx: StageContext) -> dict:
+    import numpy as np
+
+    from components.algos.metrics import maj_at_k, pass_at_k
+    from components.data.prompting import encode_prompt
+    from components.data.schema import read_problems
+    from components.engine.base import Request, SamplingParams, TokenMeter
+    from components.reward.grader import extract_boxed
+    from components.stages.common import grade_fn, load_model, set_threads, make_engine, write_json
+
+    set_threads(params.threads)
+    model_dir = ctx.input("model")
+    model, tok = load_model(model_dir)
+    train_summary = json.loads((model_dir / "summary.json").read_text()) if (model_dir / "summary.json").is_file() else {}
+    problems = read_problems(ctx.input("hard") / f"{params.split}.jsonl")[: params.max_problems]
+    if not problems:
+        raise ValueError(f"evaluate: {ctx.input('hard')}/{params.split}.jsonl has no problems")
+    meter = TokenMeter(stage="evaluate", label=params.label)
+    engine, grade = make_engine(model, tok, meter), grade_fn(params.grading_timeout_s)
+    correct = {p.uid: [] for p in problems}
+    answers = {p.uid: [] for p in problems}
+    per_seed = []
+    try:
+        with open(ctx.out_dir / "samples.jsonl", "w") as f:
+            for seed in params.seeds:
+                reqs = [Request(encode_prompt(p, tok, params.prompt_template), n=params.samples_per_seed, tag=p.uid)
+                        for p in problems]
+                outs = engine.generate(reqs, SamplingParams(params.temperature, params.top_p,
+                                                            params.max_new_tokens, seed=seed), purpose="eval")
+                texts = [c.text for o in outs for c in o]
+                scores = iter(grade(texts, [p.answer for p, o in zip(problems, outs) for _ in o]))
+                seed_correct = []
+                for p, o in zip(problems, outs):
+                    for c in o:
+                        s, reason = next(scores)
+                        correct[p.uid].append(s > 0.5)
+                        answers[p.uid].append(extract_boxed(c.text))
+                        seed_correct.append(s > 0.5)
+                        f.write(json.dumps({"uid": p.uid, "seed": seed, "text": c.text, "score": s,
+                                            "reason": reason}) + "\n")
+                per_seed.append(float(np.mean(seed_correct)))
+    finally:
+        grade.grader.close()
+    n = len(params.seeds) * params.samples_per_seed
+    res = {
+        "label": params.label, "method": train_summary.get("method", "base"),
+        "train_seed": train_summary.get("seed"), "train_steps": train_summary.get("steps"),
+        "split": params.split, "problems": len(problems), "samples_per_problem": n,
+        "mean_at_k": float(np.mean([np.mean(v) for v in correct.values()])),
+        "mean_at_k_by_seed": per_seed,
+        "pass_at_k": {str(k): float(np.mean([pass_at_k(n, sum(v), k) for v in correct.values()]))
+                      for k in params.pass_ks if k <= n},
+        "maj_at_k": float(np.mean([maj_at_k(answers[u], correct[u]) for u in correct])),
+        "by_level": {str(lv): float(np.mean([np.mean(correct[p.uid]) for p in problems if p.level == lv]))
+                     for lv in sorted({p.level for p in problems if p.level is not None})},
+        "eval_tokens": meter.totals("eval"),
+    }
+    write_json(ctx.out_dir / "results.json", res)
+    ctx.tracker.log_metrics({"eval/mean_at_k": res["mean_at_k"], "eval/maj_at_k": res["maj_at_k"],
+                             **{f"eval/pass_at_{k}": v for k, v in res["pass_at_k"].items()}})
+    return {k: res[k] for k in ("label", "method", "mean_at_k", "maj_at_k", "pass_at_k")}

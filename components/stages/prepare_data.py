@@ -1,0 +1,51 @@
+"""prepare_data: the problem sets of a sweep, in the canonical schema.
+
+``synthetic`` (the embedded default): an easy pretraining set with expert traces, a
+training pool and a disjoint held-out pool of harder chains; ``filter_hard`` keeps the
+prompts the base policy almost never solves. Real datasets (OpenR1-Math-220k, MATH,
+DAPO-17k, the benchmarks) plug in here as further ``source`` values (issue 4).
+"""
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field
+
+from components.stages.base import StageContext, StageParams
+
+NAME = "prepare_data"
+VERSION = 1
+INPUTS: tuple[str, ...] = ()
+
+
+class Params(StageParams):
+    source: Literal["synthetic"] = "synthetic"
+    seed: int = 0
+    operand_digits: int = Field(2, ge=1, le=4)
+    pretrain_size: int = Field(20_000, ge=1)
+    pretrain_levels: dict[int, float] = {2: 0.35, 3: 0.35, 4: 0.25, 5: 0.05}
+    pool_size: int = Field(1024, ge=1, description="training candidates for filter_hard")
+    heldout_pool_size: int = Field(512, ge=0, description="held-out candidates, disjoint from training")
+    pool_levels: dict[int, float] = {4: 0.3, 5: 0.4, 6: 0.3}
+
+
+def run(params: Params, ctx: StageContext) -> dict:
+    from components.data.schema import write_problems
+    from components.data.synthetic import generate_problems
+
+    p = params
+    pretrain = generate_problems(p.pretrain_size, p.pretrain_levels, seed=p.seed * 3 + 0,
+                                 operand_digits=p.operand_digits, source="synthetic-pretrain")
+    used = {x.uid for x in pretrain}
+    pool = generate_problems(p.pool_size, p.pool_levels, seed=p.seed * 3 + 1, operand_digits=p.operand_digits,
+                             source="synthetic-train", exclude=used)
+    used |= {x.uid for x in pool}
+    heldout = generate_problems(p.heldout_pool_size, p.pool_levels, seed=p.seed * 3 + 2,
+                                operand_digits=p.operand_digits, source="synthetic-heldout", exclude=used)
+    counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", pretrain),
+              "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
+              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout)}
+    (ctx.out_dir / "stats.json").write_text(json.dumps(counts, indent=2))
+    ctx.tracker.log_metrics({f"rows/{k}": v for k, v in counts.items()})
+    return counts

@@ -1,0 +1,223 @@
+"""Sweep configuration: one YAML file = one Airflow DAG = one ablation study.
+
+Parsed at DAG-parse time, so this module must stay light: pydantic + PyYAML only,
+never torch, mlflow or airflow. Every problem becomes a ``SweepError`` carrying ONE
+line ``<file>: <field path>: <problem>`` so that the Airflow import-error list, the
+CLI and the tests all show the same readable message.
+
+Shape (see ``dags/sweeps/demo.yaml``)::
+
+    name: demo
+    executor: local                 # local | kubernetes
+    seeds: [0]
+    models: [tiny]                  # names in model_specs, or paths / HF ids
+    model_specs: {tiny: {...}}      # pretrain param overrides per model name
+    methods: [grpo, vsr, sft]
+    stages: {prepare_data: {...}, pretrain: {...}, ..., tables: {}}
+    method_config: {vsr: {rho: 0.5}}
+    retries: 2
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Fallback while components.methods.registry does not exist (or fails to import):
+# the sweep file must stay loadable by the DAG parser regardless.
+KNOWN_METHODS: tuple[str, ...] = ("grpo", "vsr", "sft")
+
+STAGE_NAMES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes",
+               "train", "evaluate", "tokens", "tables")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SweepError(ValueError):
+    """A sweep file is unusable; ``str(err)`` is one line naming file and field."""
+
+
+def known_methods() -> tuple[str, ...]:
+    # Imported lazily: the methods package is written separately and may pull in
+    # more than the DAG parser should pay for unless a sweep is actually checked.
+    try:
+        from components.methods.registry import available  # type: ignore
+        names = tuple(available())
+        return names or KNOWN_METHODS
+    except Exception:  # noqa: BLE001 - registry missing or broken: use the constant
+        return KNOWN_METHODS
+
+
+def slug(text: str) -> str:
+    """'Qwen/Qwen2.5-7B-Instruct' -> 'qwen2.5-7b-instruct'; used in grid keys."""
+    base = text.rstrip("/").split("/")[-1] or text
+    s = re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-.")
+    return s or "model"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StagesConfig(_Strict):
+    """Per-stage params as plain dicts; each is validated against the stage's own
+    Params model by ``lineage.run_stage`` (the stage modules are too heavy to import
+    at DAG-parse time)."""
+
+    prepare_data: dict[str, Any] = Field(default_factory=dict)
+    pretrain: dict[str, Any] = Field(default_factory=dict)
+    filter_hard: dict[str, Any] = Field(default_factory=dict)
+    seed_prefixes: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+    evaluate: dict[str, Any] = Field(default_factory=dict)
+    tokens: dict[str, Any] = Field(default_factory=dict)
+    tables: dict[str, Any] = Field(default_factory=dict)
+
+
+def _no_duplicates(values: list, what: str) -> list:
+    seen = set()
+    for i, v in enumerate(values):
+        if v in seen:
+            raise ValueError(f"duplicate {what} {v!r} (entry {i})")
+        seen.add(v)
+    return values
+
+
+class Sweep(_Strict):
+    name: str
+    description: str = ""
+    executor: Literal["local", "kubernetes"] = "local"
+    seeds: list[int] = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    model_specs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    methods: list[str] = Field(min_length=1)
+    stages: StagesConfig = Field(default_factory=StagesConfig)
+    method_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    retries: int = Field(default=2, ge=0, le=20)
+    retry_delay_s: float = Field(default=5.0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '_', '-', '.' (it becomes the DAG id and MLflow experiment)")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        return _no_duplicates(v, "seed")
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, v: list[str]) -> list[str]:
+        _no_duplicates(v, "model")
+        _no_duplicates([slug(m) for m in v], "model slug")
+        return v
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        _no_duplicates(v, "method")
+        known = known_methods()
+        for m in v:
+            if m not in known:
+                raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
+        return v
+
+    @field_validator("method_config")
+    @classmethod
+    def _method_config(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        known = known_methods()
+        for m in v:
+            if m not in known:
+                raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
+        return v
+
+    @model_validator(mode="after")
+    def _models_resolve(self) -> "Sweep":
+        # A name without a spec is taken as a path or HF id; a bare word that is
+        # neither is almost always a typo of a model_specs key, so say so early.
+        for i, m in enumerate(self.models):
+            if m in self.model_specs:
+                continue
+            if "/" in m or Path(m).expanduser().exists():
+                continue
+            raise ValueError(f"models[{i}]: {m!r} is not a key of model_specs nor a path / HF id")
+        return self
+
+    # ---- derived views used by the DAG factory ----
+
+    def pretrain_params(self, model: str) -> dict[str, Any]:
+        """stages.pretrain + model_specs[model]; an unnamed model (path / HF id) is
+        passed to the pretrain stage as ``{"model": <name>}``."""
+        extra = self.model_specs.get(model, {"model": model})
+        return {**self.stages.pretrain, **extra}
+
+    def train_params(self, method: str, seed: int) -> dict[str, Any]:
+        return {**self.stages.train, "method": method, "seed": seed,
+                "method_config": dict(self.method_config.get(method, {}))}
+
+    def grid(self) -> list[dict[str, Any]]:
+        """model x method x seed in file order; ``key`` is a short stable slug."""
+        return [{"model": m, "method": meth, "seed": s, "key": f"{slug(m)}-{meth}-s{s}"}
+                for m in self.models for meth in self.methods for s in self.seeds]
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _from_validation(file: str, err: ValidationError) -> SweepError:
+    errors = err.errors()
+    e = errors[0]
+    loc = _loc(tuple(p for p in e["loc"] if p not in ("function-after", "function-before")))
+    if e["type"] == "extra_forbidden":
+        problem = "unknown key"
+    elif e["type"] == "missing":
+        problem = "required field is missing"
+    else:
+        problem = e["msg"].removeprefix("Value error, ")
+    if loc == "<root>" and problem.startswith("models["):  # from the model validator
+        loc, _, problem = problem.partition(": ")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return SweepError(_one_line(f"{file}: {loc}: {problem}{more}"))
+
+
+def parse_sweep(data: Any, file: str = "<sweep>") -> Sweep:
+    if not isinstance(data, dict):
+        raise SweepError(f"{file}: <root>: expected a mapping of sweep fields, got {type(data).__name__}")
+    try:
+        return Sweep.model_validate(data)
+    except ValidationError as e:
+        raise _from_validation(file, e) from None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SweepError(f"{file}: <file>: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "yaml"
+        problem = getattr(e, "problem", None) or str(e)
+        raise SweepError(_one_line(f"{file}: {where}: YAML syntax error: {problem}")) from None
+    return parse_sweep(data, file)

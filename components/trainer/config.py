@@ -1,0 +1,56 @@
+"""The embedded trainer's config (also the ``train`` stage's params). Light: no torch."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from components.stages.base import StageParams
+
+
+class TrainConfig(StageParams):
+    """Everything one embedded training run needs (also the ``train`` stage's params)."""
+
+    method: str = "grpo"
+    method_config: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    steps: int = Field(60, ge=1)
+    batch_prompts: int = Field(16, ge=1)
+    lr: float = Field(2e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = Field(64, ge=1)
+    prompt_template: Literal["raw", "chat"] = "raw"
+    adv_estimator: Literal["grpo", "drgrpo", "rloo"] = "grpo"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                           "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = Field(0.0, ge=0.0)
+    ppo_epochs: int = Field(1, ge=1)
+    micro_batch: int = Field(64, ge=1)
+    ckpt_every: int = Field(10, ge=1)
+    val_every: int = Field(10, ge=1)
+    val_size: int = Field(64, ge=0)
+    val_samples: int = Field(4, ge=1)
+    grading_timeout_s: float = Field(5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _method_known(self):
+        from components.methods.registry import method_class
+
+        try:
+            cls = method_class(self.method)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        try:
+            cls.Config(**self.method_config)
+        except Exception as e:                   # pydantic error -> one line naming the field
+            errs = getattr(e, "errors", lambda: [])()
+            where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
+            msg = errs[0]["msg"] if errs else str(e)
+            raise ValueError(f"method_config.{where}: {msg} (method {self.method})") from None
+        return self

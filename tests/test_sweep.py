@@ -1,0 +1,124 @@
+"""Sweep YAML parsing: the demo file, the grid, and one-line errors naming file and field."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+from components import sweep as sw
+from components.sweep import SweepError, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = """\
+name: t
+seeds: [0, 1]
+models: [tiny]
+model_specs: {tiny: {}}
+methods: [grpo, vsr]
+stages:
+  train: {steps: 3}
+method_config:
+  vsr: {rho: 0.5}
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_registry(monkeypatch):
+    # Pin the fallback list so the tests do not depend on the methods package's state.
+    monkeypatch.setitem(sys.modules, "components.methods.registry", None)
+
+
+def write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def err(tmp_path, text) -> str:
+    p = write(tmp_path, text)
+    with pytest.raises(SweepError) as e:
+        load_sweep(p)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{p}: "), msg
+    return msg
+
+
+def test_demo_file_loads():
+    s = load_sweep(REPO / "dags" / "sweeps" / "demo.yaml")
+    assert s.name == "demo" and s.executor == "local" and s.retries == 2
+    assert [g["key"] for g in s.grid()] == ["tiny-grpo-s0", "tiny-vsr-s0", "tiny-sft-s0"]
+    assert s.stages.filter_hard == {"k": 32, "c": 1}
+    assert s.train_params("vsr", 0) == {"steps": 60, "batch_prompts": 16, "n": 8,
+                                        "method": "vsr", "seed": 0, "method_config": {"rho": 0.5}}
+    assert s.train_params("grpo", 0)["method_config"] == {}
+
+
+def test_grid_order_and_keys(tmp_path):
+    s = load_sweep(write(tmp_path, BASE.replace("models: [tiny]", "models: [tiny, Qwen/Qwen2.5-0.5B]")))
+    g = s.grid()
+    assert len(g) == 2 * 2 * 2
+    assert [x["key"] for x in g[:4]] == ["tiny-grpo-s0", "tiny-grpo-s1", "tiny-vsr-s0", "tiny-vsr-s1"]
+    assert g[4] == {"model": "Qwen/Qwen2.5-0.5B", "method": "grpo", "seed": 0, "key": "qwen2.5-0.5b-grpo-s0"}
+    assert s.pretrain_params("Qwen/Qwen2.5-0.5B") == {"model": "Qwen/Qwen2.5-0.5B"}
+    assert s.pretrain_params("tiny") == {}
+    assert s.stages.tables == {} and s.retry_delay_s == 5.0
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    (BASE + "bogus: 1\n", ": bogus: ", "unknown key"),
+    (BASE.replace("  train:", "  trian:"), ": stages.trian: ", "unknown key"),
+    (BASE.replace("name: t\n", ""), ": name: ", "required field is missing"),
+    (BASE.replace("seeds: [0, 1]", "seeds: [0, x]"), ": seeds[1]: ", "integer"),
+    (BASE.replace("seeds: [0, 1]", "seeds: [0, 0]"), ": seeds: ", "duplicate seed 0"),
+    (BASE.replace("seeds: [0, 1]", "seeds: []"), ": seeds: ", "at least 1"),
+    (BASE.replace("[grpo, vsr]", "[grpo, grpo]"), ": methods: ", "duplicate method 'grpo'"),
+    (BASE.replace("[grpo, vsr]", "[grpo, vsrr]"), ": methods: ", "unknown method 'vsrr'"),
+    (BASE.replace("  vsr: {rho", "  nope: {rho"), ": method_config: ", "unknown method 'nope'"),
+    (BASE.replace("models: [tiny]", "models: [tiny, tiny]"), ": models: ", "duplicate model 'tiny'"),
+    (BASE.replace("models: [tiny]", "models: [tiny, tinyy]"), ": models[1]: ", "not a key of model_specs"),
+    (BASE.replace("  train: {steps: 3}", "  train: [1]"), ": stages.train: ", "dictionary"),
+    (BASE + "executor: slurm\n", ": executor: ", "'local' or 'kubernetes'"),
+    (BASE + "retries: -1\n", ": retries: ", "greater than or equal to 0"),
+    (BASE.replace("name: t", "name: 'a b'"), ": name: ", "letters, digits"),
+    ("- just a list\n", ": <root>: ", "expected a mapping"),
+])
+def test_errors_are_one_line_with_field(tmp_path, text, where, problem):
+    msg = err(tmp_path, text)
+    assert where in msg and problem in msg, msg
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    msg = err(tmp_path, BASE + "stages: {train: [1, 2}\n")
+    assert "line 10" in msg and "YAML syntax error" in msg, msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SweepError, match="No such file"):
+        load_sweep(tmp_path / "absent.yaml")
+
+
+def test_methods_come_from_registry_when_present(tmp_path, monkeypatch):
+    reg = types.ModuleType("components.methods.registry")
+    reg.available = lambda: ["grpo", "vigor"]
+    monkeypatch.setitem(sys.modules, "components.methods.registry", reg)
+    assert sw.known_methods() == ("grpo", "vigor")
+    load_sweep(write(tmp_path, BASE.replace("[grpo, vsr]", "[grpo, vigor]").replace("  vsr: {rho", "  vigor: {rho")))
+    assert "unknown method 'vsr'" in err(tmp_path, BASE)
+
+
+def test_registry_missing_falls_back():
+    assert sw.known_methods() == sw.KNOWN_METHODS
+
+
+def test_import_is_light():
+    code = ("import sys, time; t=time.time(); import components.sweep; "
+            "bad=[m for m in ('torch','airflow','mlflow','transformers') if m in sys.modules]; "
+            "print(round(time.time()-t, 3)); assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.split()[-1]) < 2.0

@@ -1,0 +1,150 @@
+"""The embedded trainer with the real methods, engine and a tiny random Qwen2 policy.
+
+The reward here is a deterministic rule on the generated text (a test reward, not the
+math grader) so that an untrained model gets mixed groups and real gradients.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from components.data.synthetic import generate_problems
+from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+from components.stages.base import NullTracker
+from components.trainer.batch import build_sequences, token_weights
+from components.trainer.config import TrainConfig
+from components.trainer.embedded import EmbeddedTrainer, batch_order
+
+
+def parity_reward(texts, golds):
+    """1 when the response has an even number of characters: ~50 % success, mixed groups."""
+    return [(float(len(t) % 2 == 0), "rule") for t in texts]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def base_model(tok):
+    return build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128),
+                        tok, seed=0)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return generate_problems(12, [3], seed=1)
+
+
+def make(cfg_kw, model, tok, grade=parity_reward):
+    cfg = TrainConfig(**{"steps": 3, "batch_prompts": 4, "max_new_tokens": 16, "val_size": 4, "val_samples": 1,
+                         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, **cfg_kw})
+    return EmbeddedTrainer(cfg, copy.deepcopy(model), tok, grade, NullTracker())
+
+
+def resources(problems):
+    return {"expert_traces": {p.uid: p.traces[0] for p in problems}, "p0": {}}
+
+
+def params_equal(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def test_vsr_with_rho_zero_is_grpo_bit_for_bit(base_model, tok, problems, tmp_path):
+    g = make({"method": "grpo", "method_config": {"n": 4}}, base_model, tok)
+    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.0}}, base_model, tok)
+    g.fit(problems, problems[:4], resources(problems), tmp_path / "g")
+    v.fit(problems, problems[:4], resources(problems), tmp_path / "v")
+    assert params_equal(g.model, v.model)
+    assert not params_equal(g.model, base_model)          # it did learn something
+    strip = lambda h: [{k: x for k, x in r.items() if not k.startswith(("time/", "method/"))} for r in h]
+    assert strip(g.history) == strip(v.history)
+    assert g.meter.totals("train_rollout") == v.meter.totals("train_rollout")
+
+
+def test_vsr_replays_prefixes_that_stay_out_of_the_loss(base_model, tok, problems, tmp_path):
+    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.5}}, base_model, tok)
+    v.method.setup(problems, {**resources(problems), "tokenizer": tok})
+    groups = v.method.rollout(problems[:4], v.rollout_ctx(0, 0), np.random.default_rng(0))
+    replays = [g for g in groups if g.is_replay]
+    assert len(replays) == 2 and len(groups) == 4
+    seqs = build_sequences(groups, tok.pad_token_id)
+    row = 0
+    for g in groups:
+        for resp in g.responses:
+            m = seqs.response_mask[row]
+            assert m[: len(g.context_ids)].sum() == 0                  # prompt + replayed prefix: context
+            assert m.sum() == len(resp)                                # exactly the generated tokens
+            row += 1
+    for g in replays:
+        prefix_text = tok.decode(list(g.context_ids[g.prompt_len:]))
+        assert all(t.startswith(prefix_text) for t in g.texts)        # graded answer includes the prefix
+        assert 0 < g.meta["alpha"] < 1 and g.meta["source"] == "expert"
+    # replayed prefixes are prompt-side tokens for the meter, never generated ones
+    gen = sum(len(r) for g in groups for r in g.responses)
+    assert v.meter.totals("train_rollout")["generated_tokens"] == gen
+    assert v.meter.totals("train_rollout")["prompt_tokens"] == sum(len(g.context_ids) for g in groups)
+
+
+def test_resume_after_crash_continues_identically(base_model, tok, problems, tmp_path):
+    kw = {"method": "vsr", "method_config": {"n": 4, "rho": 0.5}, "steps": 4}
+    full = make(kw, base_model, tok)
+    full.fit(problems, problems[:4], resources(problems), tmp_path / "full")
+
+    class Crash(Exception):
+        pass
+
+    def crash(step):
+        if step == 2:        # after the step-1 checkpoint (ckpt_every=2), before the next one
+            raise Crash
+
+    first = make(kw, base_model, tok)
+    with pytest.raises(Crash):
+        first.fit(problems, problems[:4], resources(problems), tmp_path / "crash", on_step=crash)
+    resumed = make(kw, base_model, tok)
+    resumed.fit(problems, problems[:4], resources(problems), tmp_path / "crash")
+    assert params_equal(full.model, resumed.model)
+    assert full.method.state_dict() == resumed.method.state_dict()
+    assert full.meter.totals() == resumed.meter.totals()
+    strip = lambda h: [{k: x for k, x in r.items() if not k.startswith("time/")} for r in h]
+    assert strip(full.history) == strip(resumed.history)
+
+
+def test_sft_trains_on_expert_traces_only(base_model, tok, problems, tmp_path):
+    s = make({"method": "sft"}, base_model, tok)
+    s.method.setup(problems[:2], {"expert_traces": {problems[0].uid: problems[0].traces[0]}, "tokenizer": tok})
+    assert s.method.training_problems(problems[:2]) == [problems[0]]
+    groups = s.method.rollout(problems[:2], s.rollout_ctx(0, 0), np.random.default_rng(0))
+    assert len(groups) == 1 and groups[0].supervised
+    assert tok.decode(list(groups[0].responses[0]), skip_special_tokens=True) == problems[0].traces[0]
+    assert s.meter.totals()["generated_tokens"] == 0
+    before = s.update(groups)["loss"]
+    for _ in range(5):
+        after = s.update(groups)["loss"]
+    assert after < before
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+def test_token_weights_match_verl_agg_loss(mode):
+    from verl.trainer.ppo import core_algos
+
+    g = torch.Generator().manual_seed(0)
+    loss = torch.randn(6, 10, generator=g)
+    mask = (torch.rand(6, 10, generator=g) > 0.3).float()
+    mask[2] = 0.0                                   # a fully masked sequence is excluded
+    ref = core_algos.agg_loss(loss, mask, mode)
+    ours = (loss * token_weights(mask, mode, horizon=10)).sum()
+    assert torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_batch_order_covers_each_epoch_once():
+    seen = [i for s in range(5) for i in batch_order(10, seed=3, step=s, batch=4)]
+    assert sorted(seen[:10]) == list(range(10))           # first epoch: a permutation
+    assert batch_order(10, 3, 2, 4) == batch_order(10, 3, 2, 4)
+    assert batch_order(10, 3, 0, 4) != batch_order(10, 4, 0, 4)

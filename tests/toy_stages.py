@@ -1,0 +1,137 @@
+"""Toy stages for the lineage / DAG / CLI tests: the real contract, none of the weight.
+
+Each class is a stand-in for a stage module; lineage loads them as
+``toy_stages:<name>`` (module:object). Output files depend on params and inputs so
+cache keys and digests behave like the real thing. ``TOY_FAIL=<stage>`` makes that
+stage raise; ``TOY_SLEEP`` (seconds) slows every stage; ``TOY_CALLS`` (a file path) gets one line appended per real execution.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from pydantic import Field
+
+from components.stages.base import StageContext, StageParams
+
+
+def _toy_run(name: str, params: StageParams, ctx: StageContext) -> dict:
+    if os.environ.get("TOY_FAIL") == name:
+        (ctx.out_dir / "partial.bin").write_bytes(b"half")  # must not survive the failure
+        raise RuntimeError(f"toy {name} failed on purpose")
+    if delay := os.environ.get("TOY_SLEEP"):
+        time.sleep(float(delay))  # widens the race window in the concurrency test
+    if calls := os.environ.get("TOY_CALLS"):
+        with open(calls, "a") as f:
+            f.write(name + "\n")
+    ins = {n: (p / "manifest.json").read_text()[:64] for n, p in sorted(ctx.inputs.items())}
+    (ctx.work_dir / "ckpt.txt").write_text("step 1")
+    (ctx.out_dir / "out.json").write_text(json.dumps({"params": params.model_dump(), "inputs": sorted(ins)}))
+    (ctx.out_dir / "sub").mkdir()
+    (ctx.out_dir / "sub" / "notes.md").write_text(f"# {name}\n")
+    ctx.tracker.log_metrics({"toy/score": 0.5}, step=1)
+    if name == "tables":
+        (ctx.out_dir / "tables.md").write_text("| run | acc |\n|---|---|\n" + "".join(
+            f"| {n} | 0.5 |\n" for n in sorted(ctx.inputs) if n.startswith("eval_")))
+    return {"stage": name, "n_inputs": len(ctx.inputs)}
+
+
+class prepare_data:
+    NAME, VERSION, INPUTS = "prepare_data", 1, ()
+
+    class Params(StageParams):
+        n: int = 8
+        seed: int = 0
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("prepare_data", params, ctx)
+
+
+class pretrain:
+    NAME, VERSION, INPUTS = "pretrain", 1, ("data",)
+
+    class Params(StageParams):
+        steps: int = 1
+        model: str = "tiny"
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("pretrain", params, ctx)
+
+
+class filter_hard:
+    NAME, VERSION, INPUTS = "filter_hard", 1, ("data", "model")
+
+    class Params(StageParams):
+        k: int = 4
+        c: int = 1
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("filter_hard", params, ctx)
+
+
+class seed_prefixes:
+    NAME, VERSION, INPUTS = "seed_prefixes", 1, ("hard",)
+
+    class Params(StageParams):
+        pass
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("seed_prefixes", params, ctx)
+
+
+class train:
+    NAME, VERSION, INPUTS = "train", 1, ("model", "hard", "prefixes")
+
+    class Params(StageParams):
+        steps: int = 2
+        method: str
+        seed: int = 0
+        method_config: dict[str, Any] = Field(default_factory=dict)
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("train", params, ctx)
+
+
+class evaluate:
+    NAME, VERSION, INPUTS = "evaluate", 1, ("model", "hard")
+
+    class Params(StageParams):
+        label: str
+        samples: int = 2
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("evaluate", params, ctx)
+
+
+class tokens:
+    NAME, VERSION, INPUTS = "tokens", 1, ("run_*",)
+
+    class Params(StageParams):
+        pass
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("tokens", params, ctx)
+
+
+class tables:
+    NAME, VERSION, INPUTS = "tables", 1, ("eval_*", "tokens")
+
+    class Params(StageParams):
+        pass
+
+    @staticmethod
+    def run(params, ctx):
+        return _toy_run("tables", params, ctx)
+
+
+ALL = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")
+OVERRIDES = {n: f"toy_stages:{n}" for n in ALL}

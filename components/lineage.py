@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -41,7 +42,12 @@ _MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
 
 
 class StageError(RuntimeError):
-    """A stage cannot be run as asked (bad params, missing input). ``str`` is one line."""
+    """A stage cannot be run as asked (bad params, missing input). ``str`` is one line;
+    for bad params, ``field`` (e.g. ``method_config.rho``) and ``problem`` say what."""
+
+    def __init__(self, msg: str, field: str = "", problem: str = ""):
+        super().__init__(msg)
+        self.field, self.problem = field, problem
 
 
 # ---------------------------------------------------------------- settings
@@ -177,6 +183,22 @@ def _write_manifest(d: Path, manifest: dict) -> None:
     _fsync_dir(d)
 
 
+def _strict_json(obj: Any) -> Any:
+    """The summary travels as XCom, which is strict JSON: NaN/inf become null (pandas
+    means of empty columns are NaN), unknown types become strings."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): _strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict_json(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    if hasattr(obj, "item"):  # numpy scalars
+        return _strict_json(obj.item())
+    return str(obj)
+
+
 def _uri_path(uri: str) -> Path:
     return Path(uri.removeprefix("file://")).expanduser().resolve()
 
@@ -236,30 +258,26 @@ class MlflowTracker:
     def __init__(self, run_id: str):
         self.run_id = run_id
 
+    def _batch(self, kind: str, items: list, size: int) -> None:  # MLflow's per-call limits
+        for i in range(0, len(items), size):
+            client().log_batch(self.run_id, **{kind: items[i:i + size]})
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
         ts = int(time.time() * 1000)
-        ms = [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()]
-        for i in range(0, len(ms), 1000):
-            client().log_batch(self.run_id, metrics=ms[i:i + 1000])
+        self._batch("metrics", [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()], 1000)
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
-        ps = [Param(k, v) for k, v in _flatten(params).items()]
-        for i in range(0, len(ps), 100):
-            client().log_batch(self.run_id, params=ps[i:i + 100])
+        self._batch("params", [Param(k, v) for k, v in _flatten(params).items()], 100)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
-        ts = [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()]
-        for i in range(0, len(ts), 100):
-            client().log_batch(self.run_id, tags=ts[i:i + 100])
+        self._batch("tags", [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()], 100)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        if Path(path).is_dir():
-            client().log_artifacts(self.run_id, str(path), artifact_path)
-        else:
-            client().log_artifact(self.run_id, str(path), artifact_path)
+        log = client().log_artifacts if Path(path).is_dir() else client().log_artifact
+        log(self.run_id, str(path), artifact_path)
 
 
 # ---------------------------------------------------------------- locking + cache lookup
@@ -289,7 +307,7 @@ def _lookup(stage: str, key: str, repair: bool) -> dict | None:
     m = read_manifest(d)
     if m and m.get("cache_key") == key and verify_manifest(d):
         return {"stage": stage, "uri": str(d), "digest": m["digest"], "run_id": runs[0].info.run_id,
-                "cache_key": key, "cached": True, "summary": m.get("summary", {})}
+                "cache_key": key, "cached": True, "summary": _strict_json(m.get("summary", {}))}
     if repair:  # never use a tampered/partial artifact; keep it for inspection
         stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
         os.rename(d, d.with_name(f"{d.name}.corrupt-{stamp}-{uuid.uuid4().hex[:6]}"))
@@ -298,16 +316,22 @@ def _lookup(stage: str, key: str, repair: bool) -> dict | None:
 
 # ---------------------------------------------------------------- run_stage
 
-def _validate_params(name: str, mod, params: dict):
+def check_params(name: str, params: dict, mod=None):
+    """The stage's validated Params, or StageError with one line naming the field."""
     from pydantic import ValidationError
+    mod = mod or load_stage(name)
     try:
         return mod.Params.model_validate(params or {})
     except ValidationError as e:
         err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "<params>"
+        field = ".".join(str(p) for p in err["loc"])
         problem = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
+        problem = _one_line(problem.removeprefix("Value error, "))
+        if not field and re.match(r"^[\w.]+: ", problem):  # a model validator naming its field
+            field, problem = problem.split(": ", 1)
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise StageError(_one_line(f"stage '{name}': params.{field}: {problem}{more}")) from None
+        raise StageError(f"stage '{name}': params.{field or '<root>'}: {problem}{more}",
+                         field or "<root>", problem + more) from None
 
 
 def _resolve_inputs(name: str, mod, inputs: dict[str, str]) -> dict[str, tuple[Path, dict]]:
@@ -334,7 +358,7 @@ def _resolve_inputs(name: str, mod, inputs: dict[str, str]) -> dict[str, tuple[P
 def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, sweep: str = "default",
               parent_run_id: str | None = None, force: bool = False) -> dict:
     mod = load_stage(name)
-    p = _validate_params(name, mod, params)
+    p = check_params(name, params, mod)
     resolved = _resolve_inputs(name, mod, inputs or {})
     pdict = p.model_dump(mode="json")
     key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()})
@@ -366,7 +390,7 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -
         wd.mkdir(parents=True, exist_ok=True)
         ctx = StageContext(out_dir=tmp, work_dir=wd, inputs={n: path for n, (path, _) in resolved.items()},
                            tracker=tracker, cache_key=key, sweep=sweep)
-        summary = json.loads(json.dumps(mod.run(p, ctx) or {}, default=str))  # must be JSON-able
+        summary = _strict_json(mod.run(p, ctx) or {})
         files = _file_digests(tmp)
         manifest = {"stage": name, "version": mod.VERSION, "cache_key": key, "params": pdict,
                     "inputs": {n: {"uri": str(path), "digest": m["digest"], "run_id": m.get("run_id")}

@@ -173,6 +173,48 @@ def collate_sft(examples: Sequence[tuple[list[int], int]], pad_id: int) -> dict[
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
+def pack_sft(examples: Sequence[tuple[list[int], int]], pad_id: int, width: int) -> dict[str, torch.Tensor]:
+    """The same examples packed into rows of ``width`` tokens (first-fit decreasing).
+
+    Why: in a 2-5-term mix the longest example is ~1.7x the mean, so right padding wastes
+    ~40 % of the compute. Packed rows carry ``position_ids`` that restart at 0 for each
+    example and no ``attention_mask``; transformers then builds a block-diagonal causal
+    mask (``find_packed_sequence_indices``), so no example attends to another. The token
+    after an example's EOS is the next example's first prompt token, whose label is -100,
+    so the loss is exactly the padded batch's loss. Call the model with ``use_cache=False``
+    (a cache disables the packed-sequence detection).
+    """
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i][0]))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        n = len(examples[i][0])
+        if n > width:
+            raise ValueError(f"example of {n} tokens does not fit a packed row of {width}")
+        j = next((j for j, r in enumerate(room) if r >= n), None)
+        if j is None:
+            rows.append([])
+            room.append(width)
+            j = len(rows) - 1
+        rows[j].append(i)
+        room[j] -= n
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, members in enumerate(rows):
+        at = 0
+        for i in members:
+            ids, plen = examples[i]
+            t = torch.tensor(ids, dtype=torch.long)
+            input_ids[r, at:at + len(ids)] = t
+            labels[r, at + plen:at + len(ids)] = t[plen:]
+            position_ids[r, at:at + len(ids)] = torch.arange(len(ids))
+            at += len(ids)
+        # the padding tail is its own "sequence" (positions from 0), unlabelled
+        position_ids[r, at:] = torch.arange(width - at)
+    return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
+
+
 def cosine_lr(step: int, total: int, warmup: int, base_lr: float, min_ratio: float = 0.1) -> float:
     """Linear warmup, then cosine decay to ``min_ratio * base_lr`` at ``total``."""
     if warmup > 0 and step < warmup:
@@ -184,15 +226,18 @@ def cosine_lr(step: int, total: int, warmup: int, base_lr: float, min_ratio: flo
 def pretrain_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, problems: Sequence[Problem],
                     steps: int, batch_size: int = 128, lr: float = 3e-3, warmup: int = 50, seed: int = 0,
                     progress: bool = True, log_fn: Callable[[int, dict[str, float]], None] | None = None,
-                    log_every: int = 25, weight_decay: float = 0.01) -> dict[str, float]:
+                    log_every: int = 25, weight_decay: float = 0.01, pack: bool = True) -> dict[str, float]:
     """Next-token SFT on ``prompt + trace + <eos>`` (loss on trace + EOS only).
 
     AdamW, warmup + cosine, grad-norm clip 1.0. Batches are drawn with a private
     ``torch.Generator(seed)`` (with replacement across steps, without within a step), so
-    the run is deterministic on CPU for a given model init and seed. Returns the final
-    loss (last step and mean of the last ``log_every`` steps) and timings.
+    the run is deterministic on CPU for a given model init and seed. ``pack``: pack each
+    batch into rows (``pack_sft``) instead of padding it, same loss, less compute.
+    Returns the final loss (last step and mean of the last ``log_every`` steps) and timings.
     """
     examples = encode_sft_examples(tokenizer, problems)
+    # rows a bit wider than the longest example: fewer, fuller rows; attention cost is small
+    pack_width = max(max(len(ids) for ids, _ in examples), 160)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     was_training = model.training
@@ -209,14 +254,18 @@ def pretrain_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, 
             idx = torch.randperm(len(examples), generator=gen)[:batch_size]
             if len(idx) < batch_size:   # fewer examples than a batch: sample with replacement
                 idx = torch.randint(len(examples), (batch_size,), generator=gen)
-            batch = collate_sft([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
-            loss = model(**batch).loss
+            chosen = [examples[i] for i in idx.tolist()]
+            if pack:
+                batch = pack_sft(chosen, tokenizer.pad_token_id, pack_width)
+            else:
+                batch = collate_sft(chosen, tokenizer.pad_token_id)
+            loss = model(**batch, use_cache=False).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             last = float(loss.detach())
-            tokens += int(batch["attention_mask"].sum())
+            tokens += sum(len(ids) for ids, _ in chosen)
             recent = (recent + [last])[-log_every:]
             if bar is not None:
                 bar.update(step + 1, last)

@@ -161,6 +161,21 @@ class Sweep(_Strict):
         return {**self.stages.train, "method": method, "seed": seed,
                 "method_config": dict(self.method_config.get(method, {}))}
 
+    def evaluate_params(self, label: str) -> dict[str, Any]:
+        return {**self.stages.evaluate, "label": label}
+
+    def planned_params(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every (stage, params) the DAG will pass to run_stage, for a pre-flight check
+        against the stages' Params models (``rlvr sweep``, the DAG integrity test)."""
+        st = self.stages
+        out = [("prepare_data", st.prepare_data)]
+        out += [("pretrain", self.pretrain_params(m)) for m in self.models]
+        out += [("filter_hard", st.filter_hard), ("seed_prefixes", st.seed_prefixes)]
+        out += [("train", self.train_params(g["method"], g["seed"])) for g in self.grid()]
+        out += [("evaluate", self.evaluate_params(g["key"])) for g in self.grid()]
+        out += [("evaluate", self.evaluate_params(f"{slug(m)}-base")) for m in self.models]
+        return out + [("tokens", st.tokens), ("tables", st.tables)]
+
     def grid(self) -> list[dict[str, Any]]:
         """model x method x seed in file order; ``key`` is a short stable slug."""
         return [{"model": m, "method": meth, "seed": s, "key": f"{slug(m)}-{meth}-s{s}"}

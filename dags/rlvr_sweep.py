@@ -48,10 +48,21 @@ def _stage(name: str, params: dict, inputs: dict, sweep: str, parent: str | None
     from airflow.sdk.exceptions import AirflowFailException
 
     from components.lineage import StageError, run_stage
+    # DAG run conf {"rerun": true} (``rlvr sweep --rerun``) recomputes despite the
+    # cache; only on the first try, so that a retry still reuses what finished.
+    ctx = get_current_context()
+    conf = getattr(ctx.get("dag_run"), "conf", None) or {}
+    force = bool(conf.get("rerun")) and ctx["ti"].try_number <= 1
     try:
-        return run_stage(name, params, inputs, sweep=sweep, parent_run_id=parent)
+        return run_stage(name, params, inputs, sweep=sweep, parent_run_id=parent, force=force)
     except StageError as e:  # bad params / missing input: retrying cannot help
         raise AirflowFailException(str(e)) from None
+
+
+def _items(seq) -> list:
+    # Mapped results arrive as a lazy XCom sequence; one slice is one request, where
+    # iterating probes past the end and logs a spurious "XCom not found" error.
+    return list(seq[:])
 
 
 def build_dag(cfg: Sweep, source: Path):
@@ -104,24 +115,26 @@ def build_dag(cfg: Sweep, source: Path):
         @task
         def eval_plan(trains: list, models: dict) -> list[dict]:
             """Aggregator: every trained model plus each base model, as evaluate's map."""
-            plan = [{"label": t["key"], "model": t["model"], "uri": t["uri"]} for t in trains]
+            plan = [{"label": t["key"], "model": t["model"], "uri": t["uri"]} for t in _items(trains)]
             plan += [{"label": f"{slug(m)}-base", "model": m, "uri": models[m]["uri"]} for m in cfg.models]
             return plan
 
         @task(map_index_template="{{ rlvr_key }}")
         def evaluate(spec: dict, parent: str, hard: dict) -> dict:
             get_current_context()["rlvr_key"] = spec["label"]
-            res = _stage("evaluate", {**st.evaluate, "label": spec["label"]},
+            res = _stage("evaluate", cfg.evaluate_params(spec["label"]),
                          {"model": spec["uri"], "hard": hard[spec["model"]]["uri"]}, name, parent)
             return {**res, "label": spec["label"]}
 
         @task
         def tokens(parent: str, trains: list) -> dict:
-            return _stage("tokens", st.tokens, {f"run_{t['key']}": t["uri"] for t in trains}, name, parent)
+            return _stage("tokens", st.tokens, {f"run_{t['key']}": t["uri"] for t in _items(trains)}, name, parent)
 
         @task
-        def tables(parent: str, evals: list, tok: dict) -> dict:
-            inputs = {f"eval_{e['label']}": e["uri"] for e in evals}
+        def tables(parent: str, evals: list, trains: list, tok: dict) -> dict:
+            # train outputs too: their metric histories are the training-curve plots
+            inputs = {f"eval_{e['label']}": e["uri"] for e in _items(evals)}
+            inputs.update({f"run_{t['key']}": t["uri"] for t in _items(trains)})
             return _stage("tables", st.tables, {**inputs, "tokens": tok["uri"]}, name, parent)
 
         @task
@@ -141,7 +154,7 @@ def build_dag(cfg: Sweep, source: Path):
         prefixes = seed_prefixes(parent, hard)
         trains = train.partial(parent=parent, models=models, hard=hard, prefixes=prefixes).expand(cell=cfg.grid())
         evals = evaluate.partial(parent=parent, hard=hard).expand(spec=eval_plan(trains, models))
-        tabs = tables(parent, evals, tokens(parent, trains))
+        tabs = tables(parent, evals, trains, tokens(parent, trains))
         end = end_sweep(parent)
         tabs >> end
         end.as_teardown(setups=parent)

@@ -19,6 +19,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.delenv(lineage.OVERRIDES_ENV, raising=False)
     for v in ("TOY_FAIL", "TOY_SLEEP"):
         monkeypatch.delenv(v, raising=False)
+    toy_stages.premigrated_mlflow_db(tmp_path / "rlvr")
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("TOY_CALLS", str(calls))
     saved = dict(lineage.STAGES)
@@ -54,6 +55,8 @@ def test_miss_then_hit(home):
     m = lineage.read_manifest(first["uri"])
     assert set(m["files"]) == {"out.json", "sub/notes.md"} and m["summary"] == first["summary"]
     assert m["run_id"] == first["run_id"] and m["digest"] == first["digest"]
+    assert first["summary"]["nan"] is None and isinstance(first["summary"]["path"], str)
+    json.dumps(first, allow_nan=False)  # strict JSON: it travels as Airflow XCom
     assert not (home / "work" / "prepare_data" / first["cache_key"]).exists()  # checkpoints dropped
     assert len(_runs()) == 1
     second = run_stage("prepare_data", {"n": 8}, {})

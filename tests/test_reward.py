@@ -74,6 +74,8 @@ def grader():
     ("\\boxed{3}", "$3$", "correct"),
     ("\\boxed{\\sqrt{2}}", "1.41421356", "correct"),
     ("\\boxed{5}", "6", "wrong"),
+    ("\\boxed{3\\%}", "3", "correct"),                        # via the $...$ retry
+    ("\\boxed{" + "1+" * 1000 + "1}", "1", "unparsable"),       # no number picked out of it
     ("I think it's 5.", "5", "no_answer"),
     ("\\boxed{}", "5", "unparsable"),
     ("\\boxed{\\input{/etc/passwd}}", "1", "unparsable"),

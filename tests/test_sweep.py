@@ -53,9 +53,12 @@ def test_demo_file_loads():
     assert s.name == "demo" and s.executor == "local" and s.retries == 2
     assert [g["key"] for g in s.grid()] == ["tiny-grpo-s0", "tiny-vsr-s0", "tiny-sft-s0"]
     assert s.stages.filter_hard == {"k": 32, "c": 1}
-    assert s.train_params("vsr", 0) == {"steps": 60, "batch_prompts": 16, "n": 8,
-                                        "method": "vsr", "seed": 0, "method_config": {"rho": 0.5}}
-    assert s.train_params("grpo", 0)["method_config"] == {}
+    assert s.train_params("vsr", 0) == {"steps": 60, "batch_prompts": 16,
+                                        "method": "vsr", "seed": 0, "method_config": {"n": 8, "rho": 0.5}}
+    assert s.train_params("sft", 0)["method_config"] == {}
+    planned = s.planned_params()
+    assert [st for st, _ in planned].count("train") == 3 and [st for st, _ in planned].count("evaluate") == 4
+    assert ("evaluate", {"label": "tiny-base"}) in planned
 
 
 def test_grid_order_and_keys(tmp_path):

@@ -35,7 +35,7 @@ def _toy_run(name: str, params: StageParams, ctx: StageContext) -> dict:
     if name == "tables":
         (ctx.out_dir / "tables.md").write_text("| run | acc |\n|---|---|\n" + "".join(
             f"| {n} | 0.5 |\n" for n in sorted(ctx.inputs) if n.startswith("eval_")))
-    return {"stage": name, "n_inputs": len(ctx.inputs)}
+    return {"stage": name, "n_inputs": len(ctx.inputs), "nan": float("nan"), "path": ctx.out_dir}
 
 
 class prepare_data:
@@ -123,7 +123,7 @@ class tokens:
 
 
 class tables:
-    NAME, VERSION, INPUTS = "tables", 1, ("eval_*", "tokens")
+    NAME, VERSION, INPUTS = "tables", 1, ("eval_*", "run_*", "tokens")
 
     class Params(StageParams):
         pass
@@ -135,3 +135,22 @@ class tables:
 
 ALL = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")
 OVERRIDES = {n: f"toy_stages:{n}" for n in ALL}
+
+
+_TEMPLATE_DB: list = []
+
+
+def premigrated_mlflow_db(home) -> None:
+    """Put an already-migrated empty MLflow sqlite DB at ``<home>/mlflow.db``: creating
+    the schema takes ~8 s, copying a template made once per session takes milliseconds."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if not _TEMPLATE_DB:
+        from mlflow import MlflowClient
+        db = Path(tempfile.mkdtemp(prefix="rlvr-mlflow-template-")) / "mlflow.db"
+        MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+        _TEMPLATE_DB.append(db)
+    Path(home).mkdir(parents=True, exist_ok=True)
+    shutil.copy(_TEMPLATE_DB[0], Path(home) / "mlflow.db")

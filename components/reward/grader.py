@@ -1,33 +1,32 @@
 """Verifiable math reward: extract the last ``\\boxed{}`` answer and check it with math-verify.
 
-Pipeline per (response, gold) pair:
+Per (response, gold) pair:
 
-1. :func:`extract_boxed` (parent process, pure Python, linear time): the content of the LAST
-   ``\\boxed{...}`` / ``\\fbox{...}``; none -> reason ``"no_answer"`` (never sent to a worker).
-   Answers longer than ``max_answer_chars`` (default 10 000) are not sent either; they are graded
-   ``"unparsable"`` (a knob; no real final answer is that long, and parsing it only burns time).
-2. Parent-side LRU cache keyed by ``(gold, extracted answer)``.
-3. Cache misses (deduplicated within a batch) go to worker PROCESSES (``forkserver`` context by
-   default, so workers never inherit the parent's torch/CUDA state). math-verify 0.9.0 uses
-   ``signal.alarm`` for its timeouts, which only works in a main thread, hence processes. In the
-   worker, gold and answer are wrapped as ``\\boxed{...}`` (the answer is retried as ``$...$``
-   if that gives no expression) and parsed with ``LatexExtractionConfig(boxed_match_priority=0)``
-   + ``ExprExtractionConfig()``, then ``verify(gold, pred)`` is tried pair by pair (it is not
-   symmetric: gold first). math-verify's own ``parsing_timeout`` / ``timeout_seconds`` (integer
-   seconds, default ``max(1, floor(timeout_s / 2))``) are the first line of defence.
-4. The hard limit: the parent gives each item ``timeout_s`` of wall-clock time (counted from the
-   worker's previous answer, never including worker start-up). A worker that overruns is killed
-   and replaced, the item is graded ``"timeout"``, and the rest of its chunk is re-queued. Nothing
-   from the model is ever evaluated as code (math-verify only parses LaTeX into sympy).
+1. :func:`extract_boxed` (parent, pure Python, linear time): content of the LAST ``\\boxed{}`` /
+   ``\\fbox{}``; none -> ``"no_answer"``. Answers over ``max_answer_chars`` (10 000) are graded
+   ``"unparsable"``. Neither reaches a worker.
+2. Parent-side LRU cache keyed by ``(gold, extracted answer)``; misses are deduplicated.
+3. Misses go to worker PROCESSES (``forkserver`` by default: workers never inherit the parent's
+   torch/CUDA state). math-verify 0.9.0 times out with ``signal.alarm``, which only works in a
+   main thread, hence processes. A worker wraps gold and answer as ``\\boxed{...}`` (an answer of
+   <= 200 chars that gives no expression is retried as ``$...$``, e.g. ``3\\%``), parses them with
+   ``[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]`` and tries
+   ``verify(gold, pred)`` pair by pair (gold first: it is not symmetric). math-verify's own
+   ``parsing_timeout``/``timeout_seconds`` (int seconds, default ``max(1, timeout_s // 2)``) are
+   the first line of defence.
+4. Hard limit: the parent gives each item ``timeout_s`` of wall-clock time (from the worker's
+   previous answer; start-up never counts). An overrunning worker is killed and replaced, the
+   item is graded ``"timeout"`` and the rest of its chunk re-queued.
 
-Reasons: ``correct`` (score 1.0), ``wrong``, ``no_answer``, ``unparsable`` (gold or answer gave
-no sympy expression and no exact string match), ``timeout``, ``error`` (a worker crashed, or an
-unexpected exception); every reason but ``correct`` scores 0.0. Timeouts and errors are not
-cached (they depend on load) unless ``cache_timeouts=True``.
+No model text runs as Python: math-verify parses LaTeX with its own parser, and its plain
+expression extractor passes sympy only strings of digits, operators and parentheses.
 
-Batches are split into chunks (about 4 per worker, at most ``max_chunk`` items) handed to idle
-workers dynamically, so throughput scales with the number of workers. ``grade_batch`` never raises
-on model output (only on mismatched list lengths) and never hangs.
+Reasons: ``correct`` (score 1.0), ``wrong``, ``no_answer``, ``unparsable`` (gold or answer gave no
+sympy expression and no exact string match), ``timeout``, ``error`` (worker crash or unexpected
+exception); all but ``correct`` score 0.0. Timeouts/errors are load-dependent and not cached
+unless ``cache_timeouts=True``. Batches are cut into chunks (~4 per worker, <= ``max_chunk``)
+handed to idle workers dynamically, so throughput scales with workers. ``grade_batch`` never raises
+on model output (only on mismatched lengths) and never hangs.
 """
 from __future__ import annotations
 
@@ -129,7 +128,9 @@ def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
                 _GOLDS.popitem(last=False)
         g_parsed = _GOLDS[gold]
         p_parsed = _parse("\\boxed{" + answer + "}", inner)
-        if not any(_is_expr(p) for p in p_parsed):
+        if not any(_is_expr(p) for p in p_parsed) and len(answer) <= 200:
+            # e.g. "3\\%" parses only this way; short answers only, since the plain-expression
+            # extractor would otherwise pick a number out of a long unparsable formula
             alt = _parse("$" + answer + "$", inner)
             p_parsed = alt if any(_is_expr(p) for p in alt) else p_parsed
     except TimeoutException:
@@ -193,6 +194,12 @@ class _Worker:
         self.chunk: list[int] = []
         self.pos = 0
         self.t_start = self.t_last = time.monotonic()
+
+    def poll(self) -> bool:
+        try:
+            return self.conn.poll(0)
+        except Exception:
+            return False
 
     def kill(self) -> None:
         for step in (self.conn.close, self.proc.kill, lambda: self.proc.join(timeout=2.0)):
@@ -398,7 +405,7 @@ class Grader:
                         w.state, w.chunk = "idle", []
             now = time.monotonic()
             for w in live:
-                if w.state == "busy" and now - w.t_last > self.timeout_s and not _poll(w.conn):
+                if w.state == "busy" and now - w.t_last > self.timeout_s and not w.poll():
                     self.stats["timeouts"] += 1
                     replace(w, "timeout")
                 elif w.state == "starting" and now - w.t_start > self.startup_timeout_s:
@@ -407,21 +414,9 @@ class Grader:
         return [r if r is not None else (0.0, "error") for r in results]
 
 
-def _poll(conn) -> bool:
-    try:
-        return conn.poll(0)
-    except Exception:
-        return False
-
-
 # ------------------------------------------------------------------ module-level convenience
 _SHARED: Grader | None = None
 _SHARED_LOCK = threading.Lock()
-
-
-def _close_shared() -> None:
-    if _SHARED is not None:
-        _SHARED.close()
 
 
 def grade_responses(responses: Sequence[str], golds: Sequence[str],
@@ -434,7 +429,7 @@ def grade_responses(responses: Sequence[str], golds: Sequence[str],
     with _SHARED_LOCK:
         if _SHARED is None or _SHARED.timeout_s != float(timeout_s):
             if _SHARED is None:
-                atexit.register(_close_shared)
+                atexit.register(lambda: _SHARED is not None and _SHARED.close())
             else:
                 _SHARED.close()
             _SHARED = Grader(timeout_s=timeout_s)

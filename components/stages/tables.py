@@ -9,7 +9,7 @@ from components.stages.base import StageContext, StageParams
 
 NAME = "tables"
 VERSION = 1
-INPUTS: tuple[str, ...] = ()
+INPUTS = ("eval_*", "run_*", "tokens")
 
 
 class Params(StageParams):

@@ -11,7 +11,7 @@ from components.stages.base import StageContext, StageParams
 
 NAME = "tokens"
 VERSION = 1
-INPUTS: tuple[str, ...] = ()     # any number of train outputs
+INPUTS = ("run_*",)     # any number of train outputs
 
 
 class Params(StageParams):

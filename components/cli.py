@@ -1,0 +1,201 @@
+"""The ``rlvr`` command.
+
+- ``rlvr sweep FILE [--rerun]``  run a whole sweep DAG in-process (Airflow ``dag.test()``
+  on a project-local SQLite metadata DB; no scheduler, no webserver);
+- ``rlvr run-stage NAME --params JSON --inputs JSON``  one cached stage (what an
+  Airflow task or a Kubernetes pod runs); prints the result dict as JSON;
+- ``rlvr ui``  the MLflow UI on this project's store;
+- ``rlvr tables SWEEP``  print the latest tables of a sweep.
+
+Heavy modules (airflow, mlflow) are imported inside the commands: airflow reads its
+configuration from the environment at import time, so the environment is set first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from components import lineage
+from components.sweep import SweepError, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "dags"
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="RLVR sweeps: cached stages tracked in MLflow.")
+
+
+def _die(msg: str, code: int = 2) -> None:
+    typer.echo(" ".join(msg.split()), err=True)
+    raise typer.Exit(code)
+
+
+def airflow_env() -> dict[str, str]:
+    """The embedded Airflow: its own home and SQLite DB under $RLVR_HOME, never the
+    user's AIRFLOW_HOME (dag.test() writes to the metadata DB it finds)."""
+    home = lineage.rlvr_home()
+    af = home / "airflow"
+    return {
+        "RLVR_HOME": str(home),  # pinned so that airflow subprocesses agree on the store
+        "AIRFLOW_HOME": str(af),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{af / 'airflow.db'}",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
+    }
+
+
+def ensure_airflow_db(env: dict[str, str]) -> None:
+    """``airflow db migrate`` once: takes tens of seconds, so a marker records the
+    airflow version it was done for and the check costs one file read."""
+    af = Path(env["AIRFLOW_HOME"])
+    db = af / "airflow.db"
+    marker = af / ".rlvr-migrated"
+    stamp = f"{metadata.version('apache-airflow-core')} {db}"
+    if db.exists() and marker.exists() and marker.read_text().strip() == stamp:
+        return
+    af.mkdir(parents=True, exist_ok=True)
+    typer.echo(f"[rlvr] initialising the Airflow metadata DB at {db} (once) ...", err=True)
+    exe = Path(sys.executable).with_name("airflow")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "airflow"]
+    r = subprocess.run(cmd + ["db", "migrate"], env={**os.environ, **env}, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
+        _die(f"airflow db migrate failed: {' | '.join(tail)}", 1)
+    marker.write_text(stamp + "\n")
+
+
+@app.command()
+def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
+          rerun: bool = typer.Option(False, "--rerun", help="recompute every stage, ignoring the cache")) -> None:
+    """Run a sweep end to end in this process (Airflow dag.test on SQLite)."""
+    file = file.expanduser().resolve()
+    try:
+        cfg = load_sweep(file)  # fail fast, before airflow's slow start
+    except SweepError as e:
+        _die(str(e))
+    try:  # every stage's params, before airflow starts (imports the stage modules)
+        for stage, params in cfg.planned_params():
+            lineage.check_params(stage, params)
+    except lineage.StageError as e:
+        where = f"stages.{stage}" + ("" if e.field == "<root>" else f".{e.field}")
+        if stage == "train" and e.field.startswith("method_config."):  # it came from method_config.<m>
+            where = f"method_config.{params['method']}.{e.field.split('.', 1)[1]}"
+        _die(f"{file}: {where}: {e.problem}" if e.field else f"{file}: {e}")
+    env = airflow_env()
+    if file.parent != (DAGS / "sweeps").resolve():
+        extra = [p for p in os.environ.get("RLVR_EXTRA_SWEEPS", "").split(os.pathsep) if p]
+        env["RLVR_EXTRA_SWEEPS"] = os.pathsep.join(extra + [str(file)])
+    os.environ.update(env)
+    ensure_airflow_db(env)
+
+    from airflow.dag_processing.dagbag import DagBag  # only now: airflow reads env at import
+    bag = DagBag(dag_folder=str(DAGS), safe_mode=False)
+    dag_id = f"rlvr_{cfg.name}"
+    if dag_id not in bag.dags:
+        errs = "; ".join(f"{k}: {v.strip().splitlines()[-1]}" for k, v in bag.import_errors.items())
+        _die(f"{file}: DAG {dag_id} was not built{(' (' + errs + ')') if errs else ''}", 1)
+    typer.echo(f"[rlvr] running {dag_id}: {len(cfg.grid())} training runs, RLVR_HOME={env['RLVR_HOME']}", err=True)
+    dr = bag.dags[dag_id].test(run_conf={"rerun": rerun})
+    state = str(getattr(dr.state, "value", dr.state))
+    _report(dr, state)
+    if state != "success":
+        raise typer.Exit(1)
+
+
+def _report(dr, state: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = Console(stderr=True)
+    t = Table(title=f"DAG run {dr.dag_id}: {state}")
+    for col in ("task", "map", "state", "try"):
+        t.add_column(col)
+    try:
+        for ti in sorted(dr.get_task_instances(), key=lambda x: (x.start_date is None, x.start_date, x.map_index)):
+            t.add_row(ti.task_id, "" if ti.map_index < 0 else str(ti.rendered_map_index or ti.map_index),
+                      str(getattr(ti.state, "value", ti.state)), str(ti.try_number))
+        con.print(t)
+    except Exception as e:  # noqa: BLE001 - the report is a courtesy; the state is what matters
+        con.print(f"(task list unavailable: {e})")
+    home = lineage.rlvr_home()
+    con.print(f"MLflow store:   {lineage.tracking_uri()}\n"
+              f"MLflow files:   {lineage.artifact_root()}\n"
+              f"Artifacts:      {home / 'artifacts'}\n"
+              f"Browse runs:    RLVR_HOME={home} rlvr ui   (http://127.0.0.1:5000)")
+
+
+def _json_arg(text: str, what: str) -> dict:
+    try:
+        value = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, ValueError) as e:
+        _die(f"--{what}: not valid JSON ({e})")
+    if not isinstance(value, dict):
+        _die(f"--{what}: expected a JSON object")
+    return value
+
+
+@app.command("run-stage")
+def run_stage_cmd(name: str = typer.Argument(..., help="stage name"),
+                  params: str = typer.Option("{}", "--params", help="JSON object (or @file)"),
+                  inputs: str = typer.Option("{}", "--inputs", help="JSON {input name: artifact uri} (or @file)"),
+                  sweep_name: str = typer.Option("default", "--sweep", help="MLflow experiment"),
+                  parent_run_id: Optional[str] = typer.Option(None, "--parent-run-id"),
+                  force: bool = typer.Option(False, "--force", help="recompute even when cached")) -> None:
+    """Run one stage through the cache; print {stage, uri, digest, run_id, cache_key, cached, summary}."""
+    p, i = _json_arg(params, "params"), _json_arg(inputs, "inputs")
+    try:
+        result = lineage.run_stage(name, p, i, sweep=sweep_name, parent_run_id=parent_run_id, force=force)
+    except lineage.StageError as e:
+        _die(str(e))
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
+@app.command()
+def ui(port: int = typer.Option(5000, "--port")) -> None:
+    """Serve the MLflow UI on this project's store (replaces this process)."""
+    exe = Path(sys.executable).with_name("mlflow")
+    argv = [str(exe) if exe.exists() else "mlflow", "ui", "--backend-store-uri", lineage.tracking_uri(),
+            "--default-artifact-root", lineage.artifact_root().as_uri(), "--host", "127.0.0.1", "--port", str(port)]
+    typer.echo(" ".join(argv), err=True)
+    os.execvp(argv[0], argv)
+
+
+@app.command()
+def tables(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name or sweep YAML")) -> None:
+    """Print tables.md of the latest FINISHED 'tables' stage run of a sweep."""
+    name = sweep_ref
+    if sweep_ref.endswith((".yaml", ".yml")) and Path(sweep_ref).exists():
+        try:
+            name = load_sweep(sweep_ref).name
+        except SweepError as e:
+            _die(str(e))
+    if "'" in name or "\\" in name:
+        _die(f"not a sweep name: {name!r}")
+    c = lineage.client()
+    exp_ids = [e.experiment_id for e in c.search_experiments()]
+    runs = c.search_runs(exp_ids, f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{name}' "
+                                  "and attributes.status = 'FINISHED'",
+                         order_by=["attributes.start_time DESC"], max_results=1) if exp_ids else []
+    if not runs:
+        _die(f"no finished 'tables' run for sweep '{name}' in {lineage.tracking_uri()}", 1)
+    run = runs[0]
+    local = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent")) / "tables.md"
+    try:
+        text = local.read_text() if local.exists() else Path(c.download_artifacts(run.info.run_id, "tables.md")).read_text()
+    except Exception:  # noqa: BLE001 - no such artifact
+        _die(f"run {run.info.run_id} has no tables.md", 1)
+    if not sys.stdout.isatty():  # piped: the Markdown itself, unwrapped and diffable
+        typer.echo(text)
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+    Console().print(Markdown(text))
+
+
+if __name__ == "__main__":
+    app()

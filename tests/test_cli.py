@@ -1,0 +1,179 @@
+"""The ``rlvr`` CLI: a real embedded sweep (Airflow dag.test on SQLite, MLflow on SQLite)
+with toy stages swapped in through RLVR_STAGE_OVERRIDES, then a fully cached rerun.
+
+`rlvr sweep` runs in a subprocess (twice): Airflow fixes its configuration at first import,
+and the command points it at a private AIRFLOW_HOME. The slow `airflow db migrate`
+happens once, in the module fixture.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import toy_stages
+from components import lineage
+from components.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+SWEEP = """\
+name: clitest
+seeds: [0]
+models: [tiny]
+model_specs: {tiny: {}}
+methods: [grpo, vsr]
+stages:
+  train: {steps: 2}
+  evaluate: {samples: 2}
+method_config:
+  vsr: {rho: 0.5}
+retries: 1
+retry_delay_s: 0
+"""
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "MLFLOW_", "TOY_", "RLVR_"))}
+    env.update({"RLVR_HOME": str(home), lineage.OVERRIDES_ENV: json.dumps(toy_stages.OVERRIDES),
+                "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "TOY_CALLS": str(home.parent / "calls.txt")})
+    return env
+
+
+def _stage_runs(home: Path, monkeypatch) -> list:
+    monkeypatch.setenv("RLVR_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    c = lineage.client()
+    exp = c.get_experiment_by_name("clitest")
+    return c.search_runs([exp.experiment_id], max_results=1000)
+
+
+# Runs `rlvr sweep` twice in ONE subprocess (typer standalone_mode=False gives the exit
+# code back): the second run must be all cache hits, and sharing the process saves the
+# ~15 s of Airflow + MLflow start-up that a second process would cost. Nothing is
+# cached in memory between the runs: hits come from MLflow + the artifact store.
+DRIVER = """
+import sys, time
+from components.cli import app
+codes = []
+for i in range(2):
+    t = time.time()
+    try:
+        app(["sweep", sys.argv[1]], standalone_mode=False)
+        codes.append(0)
+    except SystemExit as e:
+        codes.append(e.code)
+    except Exception as e:  # typer.Exit surfaces as click's Exit here
+        codes.append(getattr(e, "exit_code", repr(e)))
+    print(f"@@RUN{i} rc={codes[-1]} {time.time() - t:.1f}s", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    home = root / "rlvr"
+    (root / "clitest.yaml").write_text(SWEEP)
+    toy_stages.premigrated_mlflow_db(home)  # the Airflow DB is still migrated by `rlvr sweep`
+    r = subprocess.run([sys.executable, "-c", DRIVER, str(root / "clitest.yaml")], cwd=root, env=_env(home),
+                       capture_output=True, text=True, timeout=300)
+    first, _, second = r.stderr.partition("@@RUN0")
+    return home, r, first, second
+
+
+def test_sweep_runs_end_to_end_then_all_cached(two_sweeps, monkeypatch):
+    home, r, first, second = two_sweeps
+    print(*[ln for ln in r.stderr.splitlines() if ln.startswith("@@RUN")], sep="\n")
+    assert "@@RUN0 rc=0" in r.stderr and "@@RUN1 rc=0" in r.stderr, r.stderr[-4000:]
+    assert "rlvr ui" in first and "mlflow.db" in first and "success" in first
+    assert "initialising the Airflow metadata DB" in first
+    assert "initialising the Airflow metadata DB" not in second  # migrated once
+    assert (home / "airflow" / ".rlvr-migrated").exists()
+    calls = (home.parent / "calls.txt").read_text().split()
+    # every stage ran exactly once over both runs: the second was all cache hits
+    assert sorted(calls) == sorted(["prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "train",
+                                    "evaluate", "evaluate", "evaluate", "tokens", "tables"])
+    runs = _stage_runs(home, monkeypatch)
+    parents = sorted((x for x in runs if x.data.tags.get("rlvr.kind") == "sweep"), key=lambda x: x.info.start_time)
+    children = [x for x in runs if "rlvr.stage" in x.data.tags]
+    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
+    assert len(children) == 11 and len(runs) == 13  # the second run added only its parent
+    assert all(x.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for x in children)
+    assert all(x.info.status == "FINISHED" for x in children)
+
+    tables = CliRunner().invoke(app, ["tables", "clitest"])
+    assert tables.exit_code == 0, tables.output
+    assert "eval_tiny-vsr-s0" in tables.stdout and "eval_tiny-base" in tables.stdout
+
+
+def test_run_stage_command(tmp_path, monkeypatch):
+    home = tmp_path / "rlvr"
+    for k, v in _env(home).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    toy_stages.premigrated_mlflow_db(home)
+    runner = CliRunner()
+    ok = runner.invoke(app, ["run-stage", "prepare_data", "--params", '{"n": 3}', "--sweep", "rs"])
+    assert ok.exit_code == 0, ok.output
+    res = json.loads(ok.stdout)
+    assert set(res) == {"stage", "uri", "digest", "run_id", "cache_key", "cached", "summary"}
+    assert res["cached"] is False and Path(res["uri"]).is_dir()
+    inputs = json.dumps({"data": res["uri"]})
+    model = json.loads(runner.invoke(app, ["run-stage", "pretrain", "--inputs", inputs, "--sweep", "rs"]).stdout)
+    assert model["stage"] == "pretrain" and not model["cached"]
+    again = runner.invoke(app, ["run-stage", "prepare_data", "--params", '{"n": 3}', "--sweep", "rs"])
+    assert json.loads(again.stdout)["cached"] is True
+    bad = runner.invoke(app, ["run-stage", "filter_hard", "--params", '{"k": "x"}'])
+    assert bad.exit_code == 2
+    assert bad.stderr.count("\n") == 1 and "params.k" in bad.stderr and "filter_hard" in bad.stderr
+    missing = runner.invoke(app, ["run-stage", "pretrain", "--inputs", '{"data": "/no/such"}'])
+    assert missing.exit_code == 2 and "/no/such" in missing.stderr
+    notjson = runner.invoke(app, ["run-stage", "pretrain", "--params", "{nope"])
+    assert notjson.exit_code == 2 and "--params" in notjson.stderr
+
+
+def test_bad_sweep_exits_2_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(textwrap.dedent(SWEEP).replace("methods: [grpo, vsr]", "methods: [grpo, vsrx]"))
+    r = CliRunner().invoke(app, ["sweep", str(bad)])
+    assert r.exit_code == 2
+    assert r.stderr == f"{bad}: methods: unknown method 'vsrx' (known: " + r.stderr.split("(known: ")[1]
+    assert r.stderr.count("\n") == 1
+    assert not (tmp_path / "rlvr" / "airflow").exists()  # nothing ran
+
+
+def test_sweep_preflight_checks_stage_params(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
+    monkeypatch.setenv(lineage.OVERRIDES_ENV, json.dumps(toy_stages.OVERRIDES))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SWEEP.replace("  train: {steps: 2}", "  train: {steps: 2, bogus: 1}"))
+    r = CliRunner().invoke(app, ["sweep", str(bad)])
+    assert r.exit_code == 2 and r.stderr == f"{bad}: stages.train.bogus: unknown parameter\n"
+    bad.write_text(SWEEP.replace("  evaluate: {samples: 2}", "  evaluate: {samples: x}"))
+    r = CliRunner().invoke(app, ["sweep", str(bad)])
+    assert r.exit_code == 2 and r.stderr.startswith(f"{bad}: stages.evaluate.samples: ")
+    assert not (tmp_path / "rlvr" / "airflow").exists()
+
+
+def test_ui_execs_mlflow_on_the_project_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    seen = []
+    monkeypatch.setattr(os, "execvp", lambda prog, argv: seen.append(argv))
+    r = CliRunner().invoke(app, ["ui", "--port", "5123"])
+    assert r.exit_code == 0, r.output
+    argv = seen[0]
+    assert argv[1] == "ui" and argv[argv.index("--port") + 1] == "5123"
+    assert argv[argv.index("--backend-store-uri") + 1] == f"sqlite:///{tmp_path / 'rlvr' / 'mlflow.db'}"
+    assert argv[argv.index("--default-artifact-root") + 1] == (tmp_path / "rlvr" / "mlartifacts").as_uri()
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+

@@ -46,13 +46,14 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--digits", type=int, default=2, help="operand digits")
     ap.add_argument("--save", default="", help="directory to save the pretrained policy in")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     t0 = time.perf_counter()
     tok = build_tokenizer()
-    train = generate_problems(args.n_train, parse_mix(args.mix), seed=args.seed)
+    train = generate_problems(args.n_train, parse_mix(args.mix), seed=args.seed, operand_digits=args.digits)
     model = build_policy(TinyPolicyConfig(), tok, seed=args.seed)
     log = lambda step, m: print(f"  step {step:4d} loss {m['loss']:.4f} lr {m['lr']:.2e} {m['elapsed_s']:.0f}s", flush=True)  # noqa: E731
     res = pretrain_policy(model, tok, train, steps=args.steps, batch_size=args.batch, lr=args.lr,
@@ -66,7 +67,8 @@ def main() -> None:
     rows = []
     t1 = time.perf_counter()
     for lv in [int(x) for x in args.eval_levels.split(",")]:
-        probs = generate_problems(args.eval_prompts, [lv], seed=10_000 + args.seed + lv, exclude=exclude)
+        probs = generate_problems(args.eval_prompts, [lv], seed=10_000 + args.seed + lv, exclude=exclude,
+                                  operand_digits=args.digits)
         reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=args.eval_samples, tag=p.uid)
                 for p in probs]
         tl = time.perf_counter()

@@ -106,6 +106,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
     _report(dr, state)
     if state != "success":
         raise typer.Exit(1)
+    _print_tables(cfg.name, plots=True)
 
 
 def _report(dr, state: str) -> None:
@@ -176,6 +177,11 @@ def tables(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep nam
             _die(str(e))
     if "'" in name or "\\" in name:
         _die(f"not a sweep name: {name!r}")
+    _print_tables(name)
+
+
+def _print_tables(name: str, plots: bool = False) -> None:
+    """tables.md of the sweep's latest FINISHED 'tables' stage run (and where its plots are)."""
     c = lineage.client()
     exp_ids = [e.experiment_id for e in c.search_experiments()]
     runs = c.search_runs(exp_ids, f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{name}' "
@@ -184,11 +190,14 @@ def tables(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep nam
     if not runs:
         _die(f"no finished 'tables' run for sweep '{name}' in {lineage.tracking_uri()}", 1)
     run = runs[0]
-    local = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent")) / "tables.md"
+    out = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
+    local = out / "tables.md"
     try:
         text = local.read_text() if local.exists() else Path(c.download_artifacts(run.info.run_id, "tables.md")).read_text()
     except Exception:  # noqa: BLE001 - no such artifact
         _die(f"run {run.info.run_id} has no tables.md", 1)
+    if plots and out.is_dir():
+        text += "\n**Plots:** " + ", ".join(str(p) for p in sorted(out.glob("*.png"))) + "\n"
     if not sys.stdout.isatty():  # piped: the Markdown itself, unwrapped and diffable
         typer.echo(text)
         return

@@ -25,14 +25,14 @@ class PolicyParams(StageParams):
 
 class Params(StageParams):
     policy: PolicyParams = PolicyParams()
-    steps: int = Field(500, ge=1)
+    steps: int = Field(300, ge=1)
     batch_size: int = Field(128, ge=1)
     lr: float = Field(3e-3, gt=0)
     warmup: int = Field(50, ge=0)
     seed: int = 0
     threads: int | None = None
     probe_per_level: int = Field(64, ge=0, description="problems per level for the base pass-rate probe")
-    probe_levels: list[int] = [2, 3, 4, 5, 6]
+    probe_levels: list[int] = [3, 5, 7, 8]
     max_new_tokens: int = Field(96, ge=1)
 
 

@@ -12,7 +12,6 @@ env: $(STAMP)
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -m pip install -q -r requirements.lock 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -c "import torch, transformers, mlflow, airflow, math_verify, components"

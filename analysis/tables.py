@@ -28,7 +28,7 @@ def accuracy_table(results: list[dict[str, Any]], tokens: pd.DataFrame | None = 
                "samples": rs[0]["samples_per_problem"],
                "mean@k": float(np.mean(acc)), "sd": float(np.std(spread, ddof=1)) if len(spread) > 1 else 0.0,
                "maj@k": float(np.mean([r["maj_at_k"] for r in rs]))}
-        for k in rs[0]["pass_at_k"]:
+        for k in sorted(rs[0]["pass_at_k"], key=int):
             row[f"pass@{k}"] = float(np.mean([r["pass_at_k"][k] for r in rs]))
         rows.append(row)
     df = pd.DataFrame(rows)

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from components.progress import note
 from components.stages.base import StageContext
 
 STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
@@ -364,11 +365,16 @@ def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, swe
     key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()})
     exp_id = ensure_experiment(sweep)
     if not force and (hit := _lookup(name, key, repair=False)):
+        note(f"[rlvr] {name}: cached ({key[:12]})")
         return hit
     with _key_lock(key):
         if not force and (hit := _lookup(name, key, repair=True)):
             return hit  # computed by a concurrent process while we waited
-        return _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id)
+        note(f"[rlvr] {name}: running ({key[:12]})")
+        t0 = time.monotonic()
+        res = _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id)
+        note(f"[rlvr] {name}: finished in {time.monotonic() - t0:.0f}s")
+        return res
 
 
 def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -> dict:

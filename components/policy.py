@@ -11,6 +11,8 @@ prefixes cut at ``parse_steps`` offsets tokenize to prefixes of the full trace.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
 import time
@@ -24,6 +26,7 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
                           Qwen2ForCausalLM)
 
 from components.data.schema import Problem
+from components.progress import step_progress
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Everything the synthetic task writes: digits, operators, the words "Compute" and
@@ -246,54 +249,34 @@ def pretrain_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, 
     recent: list[float] = []
     last = float("nan")
     tokens = 0
-    bar = _progress(steps) if progress else None
+    bars = step_progress("pretrain", steps) if progress else contextlib.nullcontext()
     try:
-        for step in range(steps):
-            for g in opt.param_groups:
-                g["lr"] = cosine_lr(step, steps, warmup, lr)
-            idx = torch.randperm(len(examples), generator=gen)[:batch_size]
-            if len(idx) < batch_size:   # fewer examples than a batch: sample with replacement
-                idx = torch.randint(len(examples), (batch_size,), generator=gen)
-            chosen = [examples[i] for i in idx.tolist()]
-            if pack:
-                batch = pack_sft(chosen, tokenizer.pad_token_id, pack_width)
-            else:
-                batch = collate_sft(chosen, tokenizer.pad_token_id)
-            loss = model(**batch, use_cache=False).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            last = float(loss.detach())
-            tokens += sum(len(ids) for ids, _ in chosen)
-            recent = (recent + [last])[-log_every:]
-            if bar is not None:
-                bar.update(step + 1, last)
-            if log_fn is not None and ((step + 1) % log_every == 0 or step + 1 == steps):
-                log_fn(step + 1, {"loss": sum(recent) / len(recent), "lr": opt.param_groups[0]["lr"],
-                                  "grad_norm": float(gnorm), "elapsed_s": time.perf_counter() - t0})
+        with bars as bar:
+            for step in range(steps):
+                for g in opt.param_groups:
+                    g["lr"] = cosine_lr(step, steps, warmup, lr)
+                idx = torch.randperm(len(examples), generator=gen)[:batch_size]
+                if len(idx) < batch_size:   # fewer examples than a batch: sample with replacement
+                    idx = torch.randint(len(examples), (batch_size,), generator=gen)
+                chosen = [examples[i] for i in idx.tolist()]
+                if pack:
+                    batch = pack_sft(chosen, tokenizer.pad_token_id, pack_width)
+                else:
+                    batch = collate_sft(chosen, tokenizer.pad_token_id)
+                loss = model(**batch, use_cache=False).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                last = float(loss.detach())
+                tokens += sum(len(ids) for ids, _ in chosen)
+                recent = (recent + [last])[-log_every:]
+                if bar is not None:
+                    bar.advance(1, info=f"loss {last:.4f}")
+                if log_fn is not None and ((step + 1) % log_every == 0 or step + 1 == steps):
+                    log_fn(step + 1, {"loss": sum(recent) / len(recent), "lr": opt.param_groups[0]["lr"],
+                                      "grad_norm": float(gnorm), "elapsed_s": time.perf_counter() - t0})
     finally:
-        if bar is not None:
-            bar.close()
         model.train(was_training)
     return {"final_loss": last, "final_loss_avg": sum(recent) / max(1, len(recent)), "steps": steps,
             "seconds": time.perf_counter() - t0, "tokens": tokens, "examples": len(examples)}
-
-
-class _progress:
-    """A rich progress bar with loss and ETA (rich is a core dependency)."""
-
-    def __init__(self, total: int):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-        self._p = Progress(TextColumn("pretrain"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                           transient=False)
-        self._task = self._p.add_task("pretrain", total=total, loss=float("nan"))
-        self._p.start()
-
-    def update(self, done: int, loss: float) -> None:
-        self._p.update(self._task, completed=done, loss=loss)
-
-    def close(self) -> None:
-        self._p.stop()

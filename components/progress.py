@@ -1,11 +1,26 @@
-"""Progress for long work: a rich bar on a terminal, periodic log lines elsewhere
-(Airflow task logs, CI), both with step, rate and ETA."""
+"""Progress for long work: a rich bar on a terminal, periodic lines elsewhere (CI, files),
+both with step, rate and ETA.
+
+Written to the process's real stderr (``sys.__stderr__``): inside an Airflow task,
+``sys.stdout``/``sys.stderr`` are captured into the task log, and whoever runs
+``rlvr sweep`` would otherwise see nothing until the task ends.
+"""
 from __future__ import annotations
 
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, TextIO
+
+
+def _out() -> TextIO:
+    return sys.__stderr__ or sys.stderr
+
+
+def note(msg: str) -> None:
+    """One progress line (stage started / cached / finished)."""
+    out = _out()
+    print(msg, file=out, flush=True)
 
 
 class StepProgress:
@@ -13,12 +28,15 @@ class StepProgress:
         self.label, self.total, self.done = label, max(total, 1), start
         self.start_done, self.t0 = start, time.monotonic()
         self.every = max(1, int(self.total * every_frac))
+        self.out = _out()
         self._bar = None
-        if sys.stdout.isatty():
+        if self.out.isatty():
+            from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
             self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                 console=Console(file=self.out))
             self._task = self._bar.add_task(label, total=self.total, completed=start, info="")
 
     def eta_s(self) -> float:
@@ -31,7 +49,7 @@ class StepProgress:
             self._bar.update(self._task, advance=n, info=info)
         elif self.done % self.every == 0 or self.done == self.total:
             print(f"[{self.label}] {self.done}/{self.total} {info} "
-                  f"elapsed {time.monotonic() - self.t0:.0f}s eta {self.eta_s():.0f}s", flush=True)
+                  f"elapsed {time.monotonic() - self.t0:.0f}s eta {self.eta_s():.0f}s", file=self.out, flush=True)
 
 
 @contextmanager

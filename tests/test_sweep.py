@@ -58,7 +58,7 @@ def test_demo_file_loads():
     assert s.train_params("sft", 0)["method_config"] == {}
     planned = s.planned_params()
     assert [st for st, _ in planned].count("train") == 3 and [st for st, _ in planned].count("evaluate") == 4
-    assert ("evaluate", {"label": "tiny-base"}) in planned
+    assert ("evaluate", {"max_problems": 200, "label": "tiny-base"}) in planned
 
 
 def test_grid_order_and_keys(tmp_path):

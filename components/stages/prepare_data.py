@@ -15,7 +15,7 @@ from pydantic import Field
 from components.stages.base import StageContext, StageParams
 
 NAME = "prepare_data"
-VERSION = 1
+VERSION = 2
 INPUTS: tuple[str, ...] = ()
 
 
@@ -30,6 +30,8 @@ class Params(StageParams):
     pool_size: int = Field(768, ge=1, description="training candidates for filter_hard")
     heldout_pool_size: int = Field(384, ge=0, description="held-out candidates, disjoint from training")
     pool_levels: dict[int, float] = {7: 0.3, 8: 0.7}
+    probe_per_level: int = Field(64, ge=0, description="fresh problems per level for the base-rate probe")
+    probe_levels: list[int] = [3, 5, 7, 8]
 
 
 def run(params: Params, ctx: StageContext) -> dict:
@@ -45,9 +47,14 @@ def run(params: Params, ctx: StageContext) -> dict:
     used |= {x.uid for x in pool}
     heldout = generate_problems(p.heldout_pool_size, p.pool_levels, seed=p.seed * 3 + 2,
                                 operand_digits=p.operand_digits, source="synthetic-heldout", exclude=used)
+    used |= {x.uid for x in heldout}
+    probe = [x for i, lv in enumerate(p.probe_levels)
+             for x in generate_problems(p.probe_per_level, [lv], seed=p.seed * 3 + 1000 + i,
+                                        operand_digits=p.operand_digits, source="synthetic-probe", exclude=used)]
     counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", pretrain),
               "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
-              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout)}
+              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout),
+              "probe": write_problems(ctx.out_dir / "probe.jsonl", probe)}
     (ctx.out_dir / "stats.json").write_text(json.dumps(counts, indent=2))
     ctx.tracker.log_metrics({f"rows/{k}": v for k, v in counts.items()})
     return counts

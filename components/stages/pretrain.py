@@ -10,7 +10,7 @@ from pydantic import Field
 from components.stages.base import StageContext, StageParams
 
 NAME = "pretrain"
-VERSION = 1
+VERSION = 2
 INPUTS = ("data",)
 
 
@@ -31,8 +31,6 @@ class Params(StageParams):
     warmup: int = Field(50, ge=0)
     seed: int = 0
     threads: int | None = None
-    probe_per_level: int = Field(64, ge=0, description="problems per level for the base pass-rate probe")
-    probe_levels: list[int] = [3, 5, 7, 8]
     max_new_tokens: int = Field(96, ge=1)
 
 
@@ -40,7 +38,6 @@ def run(params: Params, ctx: StageContext) -> dict:
     import numpy as np
 
     from components.data.schema import read_problems
-    from components.data.synthetic import generate_problems
     from components.engine.base import Request, SamplingParams, TokenMeter
     from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, pretrain_policy, save_policy
     from components.stages.common import grade_fn, make_engine, set_threads, write_json
@@ -54,18 +51,19 @@ def run(params: Params, ctx: StageContext) -> dict:
                            log_fn=lambda s, m: ctx.tracker.log_metrics({f"pretrain/{k}": v for k, v in m.items()}, s))
     save_policy(model, tok, ctx.out_dir / "model")
 
-    # base pass rate per level at temperature 1 (fresh problems, never trained on)
+    # base pass rate per level at temperature 1, on prepare_data's probe set (never trained on)
     rates = {}
-    if params.probe_per_level:
+    probe_file = ctx.input("data") / "probe.jsonl"
+    probes = read_problems(probe_file) if probe_file.is_file() else []
+    if probes:
         meter = TokenMeter(stage="pretrain")
         engine, grade = make_engine(model, tok, meter), grade_fn()
-        seen = {p.uid for p in problems}
-        for lv in params.probe_levels:
-            probe = generate_problems(params.probe_per_level, [lv], seed=10_000 + lv, exclude=seen)
-            reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=1) for p in probe]
+        for lv in sorted({p.level for p in probes}):
+            probe = [p for p in probes if p.level == lv]
+            reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=4) for p in probe]
             outs = engine.generate(reqs, SamplingParams(1.0, 1.0, params.max_new_tokens, seed=params.seed),
                                    purpose="probe")
-            scores = grade([o[0].text for o in outs], [p.answer for p in probe])
+            scores = grade([c.text for o in outs for c in o], [p.answer for p, o in zip(probe, outs) for _ in o])
             rates[str(lv)] = float(np.mean([s for s, _ in scores]))
         grade.grader.close()
         ctx.tracker.log_metrics({f"base_pass_rate/level_{k}": v for k, v in rates.items()})

@@ -131,7 +131,16 @@ def build_policy(cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerFast, seed
     return model
 
 
+def quiet_hf() -> None:
+    """transformers' per-call "Loading weights" / "Writing model shards" bars are noise in
+    stage logs; our own progress lines say what is happening."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path: str | Path) -> Path:
+    quiet_hf()
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path), safe_serialization=True)
@@ -140,6 +149,7 @@ def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path
 
 
 def load_policy(path: str | Path, device: str = "cpu") -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    quiet_hf()
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
     model.eval()
     return model, load_tokenizer(path)

@@ -113,3 +113,27 @@ def broadcast(adv: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"need adv [N] and mask [N, T], got {tuple(adv.shape)} and "
                          f"{tuple(response_mask.shape)}")
     return adv.unsqueeze(-1) * response_mask.to(adv.dtype)
+
+
+def zero_variance_groups(rewards: torch.Tensor, group_ids: Sequence[Hashable]) -> torch.Tensor:
+    """[N] bool: the sequence's group has identical rewards (std 0; a singleton counts)."""
+    inv, n_groups = group_index(group_ids)
+    r = rewards.detach().double()
+    hi = torch.full((n_groups,), -float("inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amax")
+    lo = torch.full((n_groups,), float("inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amin")
+    return (hi == lo)[inv]
+
+
+def zvp_token_advantages(entropy: torch.Tensor, mask: torch.Tensor, positive: torch.Tensor,
+                         alpha: float = 0.1) -> torch.Tensor:
+    """RL-ZVP (Le et al., ICLR 2026) token advantages for zero-variance groups.
+
+    Positive group (all correct): A_t = alpha * H_t. Negative group: A_t = -alpha * (max_k H_k - H_t),
+    the max taken per response over its own tokens. H is the detached full-vocabulary entropy.
+    """
+    h = entropy.detach() * mask
+    hmax = torch.where(mask > 0, h, torch.full_like(h, -float("inf"))).amax(-1, keepdim=True)
+    hmax = torch.where(torch.isfinite(hmax), hmax, torch.zeros_like(hmax))
+    pos = alpha * h
+    neg = -alpha * (hmax - h) * mask
+    return torch.where(positive[:, None], pos, neg)

@@ -9,6 +9,14 @@ _METHODS: dict[str, str] = {
     "grpo": "components.methods.grpo:GRPO",
     "vsr": "components.methods.vsr:VSR",
     "sft": "components.methods.sft:SFT",
+    # issue 3: allocation baselines
+    "dapo": "components.methods.dapo:DAPO",
+    "pods": "components.methods.pods:PODS",
+    "reinforce_ada_est": "components.methods.reinforce_ada:ReinforceAdaEst",
+    "vigor": "components.methods.vigor:VIGOR",
+    "greso": "components.methods.greso:GRESO",
+    "vip": "components.methods.vip:VIP",
+    "rl_zvp": "components.methods.rl_zvp:RLZVP",
 }
 
 

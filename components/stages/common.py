@@ -18,11 +18,8 @@ def set_threads(n: int | None) -> None:
 
 def load_model(model_dir: Path):
     """(model, tokenizer) from a stage artifact: ``<dir>/model`` or the dir itself."""
-    from transformers.utils import logging as hf_logging
-
     from components.policy import load_policy
 
-    hf_logging.disable_progress_bar()   # "Loading weights" bars are noise in task logs
     d = model_dir / "model" if (model_dir / "model").is_dir() else model_dir
     if not (d / "config.json").is_file():
         raise DataError(f"{d}: no model here (config.json missing)")

@@ -29,9 +29,9 @@ def latest(ckpt_root: Path) -> Path | None:
 
 def save(ckpt_root: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
          keep: int = 2) -> Path:
-    from transformers.utils import logging as hf_logging
+    from components.policy import quiet_hf
 
-    hf_logging.disable_progress_bar()   # one bar per checkpoint write is noise in task logs
+    quiet_hf()
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"{PREFIX}{step:06d}"
     tmp = ckpt_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"

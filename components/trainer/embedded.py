@@ -19,7 +19,8 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from components.algos.advantages import grpo_advantages, rloo_advantages
+from components.algos.advantages import (grpo_advantages, rloo_advantages, zero_variance_groups,
+                                         zvp_token_advantages)
 from components.data.prompting import encode_prompt
 from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
@@ -95,14 +96,18 @@ class EmbeddedTrainer:
         seqs = build_sequences(groups, self.tok.pad_token_id)
         if len(seqs) == 0:
             return {"loss": 0.0, "grad_norm": 0.0}
-        adv = group_advantages(seqs, c.adv_estimator)
+        # a method may weight a group's advantages (Reinforce-Ada-Est's 1/sqrt(p) factor)
+        adv = group_advantages(seqs, c.adv_estimator) * seqs.adv_weight
         adv = torch.where(seqs.supervised, torch.zeros_like(adv), adv)
         mask = seqs.response_mask
+        zvp_alpha = float(getattr(self.method, "zvp_alpha", 0.0))
+        zvp = (zero_variance_groups(seqs.rewards, seqs.group_ids) & ~seqs.supervised if zvp_alpha > 0
+               else torch.zeros(len(seqs), dtype=torch.bool))
         horizon = c.max_new_tokens
         w_pg = token_weights(mask * (~seqs.supervised)[:, None], c.loss_agg_mode, horizon)
         w_sup = token_weights(mask * seqs.supervised[:, None], "token-mean")
         # sequences with a zero advantage contribute exactly nothing without a KL term: skip them
-        keep = seqs.supervised | (adv != 0) if c.kl_coef == 0 else torch.ones(len(seqs), dtype=torch.bool)
+        keep = seqs.supervised | (adv != 0) | zvp if c.kl_coef == 0 else torch.ones(len(seqs), dtype=torch.bool)
         rows = torch.nonzero(keep).flatten()
         stats = {"loss": 0.0, "pg_clipfrac": 0.0, "entropy": 0.0, "trained_sequences": float(len(rows))}
         if len(rows) == 0:
@@ -126,6 +131,9 @@ class EmbeddedTrainer:
                 old = logp.detach() if old_logp is None else old_logp[i:i + len(idx), :T]
                 ratio = torch.exp(logp - old)
                 a = adv[idx][:, None]
+                if zvp[idx].any():   # RL-ZVP: entropy-shaped token advantages for zero-variance groups
+                    tok_adv = zvp_token_advantages(ent, m, seqs.rewards[idx] > 0, zvp_alpha)
+                    a = torch.where(zvp[idx][:, None], tok_adv, a.expand_as(tok_adv))
                 pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - c.clip_low, 1 + c.clip_high))
                 loss = (pg * w_pg[idx, :T]).sum() + (-logp * w_sup[idx, :T]).sum()
                 if self.ref is not None:

@@ -1,0 +1,302 @@
+"""The evaluation benchmarks, shipped under ``data/benchmarks/<name>/`` (see ``data/NOTICE``),
+loaded into the canonical :class:`Problem` with one answer rule per source.
+
+``load_benchmark(name)`` reads the shipped file; ``source="hf"`` reads the Hugging Face dataset
+of the same name instead (needs the network; not exercised by the tests). Answer rules:
+
+- math500: ``answer`` as is; uid = MATH ``unique_id`` (so it can be checked against MATH train).
+- aime24 / aime25: answers are strings, zero-padded in the aime24 copy: ``"023" -> "23"``.
+- amc23: answers are floats: ``27.0 -> "27"``.
+- minerva_math: no answer field: the last ``\\boxed{}`` of ``solution`` (``extract_boxed``).
+- olympiadbench: ``final_answer`` is a list; multi-answer rows (``is_multiple_answer``, 94)
+  hold several answers in one string (``"$69$,$84$"``, ``"1,3,5"``, ``"$(1,2),(3,4)$"``): they
+  are split, ``$`` removed, and joined with ``", "`` (a set math-verify compares in any order);
+  the list is kept in ``meta["answers"]``. ``unit``/``error`` (tolerance) go to meta.
+- gaokao2023en: answers wrapped in ``$...$`` are unwrapped; several spans joined by commas or
+  "or" (``"$2$ or $-2$"``) become ``"2, -2"``; two rows with an empty answer have it at the
+  end of the question ("...point.answers: $\\frac{3}{10}$"): moved out of the prompt.
+- all (:func:`canonical_gold`): thousands separators removed (``"58,500" -> "58500"``, 6 rows;
+  math-verify reads ``58,500`` as 58500 but ``58, 500`` as a set, hence the ``", "`` joins);
+  percentages ``"62.5%"``, ``"1.1\\%"`` -> the number (5 rows: math-verify parses no gold
+  with a percent sign, so they matched only as exact strings); Minerva's numpy spellings
+  ``"-1./3"``, ``"np.arcsin(10/13)"`` -> ``"-1/3"``, ``"\\arcsin(10/13)"`` (3 rows).
+
+Every benchmark keeps the raw answer in ``meta["answer_raw"]`` when the rule changed it.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal
+
+from components.data.loaders import (LoadReport, OnError, Problems, answer_text, collect, get_field,
+                                     iter_rows)
+from components.data.schema import DataError, Problem
+
+__all__ = ["BENCHMARKS", "BenchmarkSpec", "load_benchmark", "benchmark_root", "strip_math_delims",
+           "split_math_spans", "split_top_level", "olympiad_answers", "canonical_gold"]
+
+DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
+ROOT_ENV = "RLVR_BENCHMARK_ROOT"
+
+
+# ------------------------------------------------------------------ answer text rules
+_DELIMS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
+def strip_math_delims(s: str) -> str:
+    """``"$\\frac{1}{2}$" -> "\\frac{1}{2}"`` (also ``$$..$$``, ``\\(..\\)``, ``\\[..\\]``) when the
+    whole string is ONE math span; a lone leading or trailing ``$`` is dropped too. Strings
+    with several ``$`` spans are returned unchanged (see :func:`split_math_spans`)."""
+    s = s.strip()
+    for left, right in _DELIMS:
+        if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+            inner = s[len(left):len(s) - len(right)]
+            if "$" not in inner and (left[0] != "\\" or right not in inner):
+                return inner.strip()
+    if s.count("$") == 1 and (s.startswith("$") or s.endswith("$")):
+        return s.strip("$").strip()
+    return s
+
+
+_SPAN = re.compile(r"\$([^$]+)\$")
+_SEPARATOR_TEXT = re.compile(r"^(?:\s|,|，|;|；|\bor\b|\band\b)*$")
+
+
+def split_math_spans(s: str) -> list[str] | None:
+    """``"$48$, $384$" -> ["48", "384"]``, ``"$2$ or $-2$" -> ["2", "-2"]``: several ``$`` spans
+    separated only by commas, semicolons, "or", "and". None for anything else."""
+    text = s.strip()
+    spans = list(_SPAN.finditer(text))
+    if len(spans) < 2:
+        return None
+    pos = 0
+    for m in spans:
+        if not _SEPARATOR_TEXT.match(text[pos:m.start()]):
+            return None
+        pos = m.end()
+    return [m.group(1).strip() for m in spans] if _SEPARATOR_TEXT.match(text[pos:]) else None
+
+
+def split_top_level(s: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets: ``"(1,2), (3,4)" -> ["(1,2)", "(3,4)"]`` (a half-open
+    interval such as ``[2,3)`` counts as one bracket pair)."""
+    parts, depth, cur = [], 0, []
+    for ch in s:
+        depth += ch in "([{"
+        depth = max(0, depth - (ch in ")]}"))
+        if ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur).strip())
+    return [p for p in parts if p]
+
+
+_PROSE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{4,}")  # a word that is not a LaTeX command
+
+
+def olympiad_answers(final_answer: list[str], multiple: bool) -> list[str]:
+    """The individual answers of an OlympiadBench row (see the module doc)."""
+    out: list[str] = []
+    for s in final_answer:
+        spans = split_math_spans(s)
+        if spans is not None:
+            out += [a for sp in spans for a in (split_top_level(sp) if multiple else [sp])]
+        elif multiple and s.count("$") <= 2:
+            out += split_top_level(strip_math_delims(s))
+        elif multiple and not _PROSE.search(s.replace("$", " ")):  # stray "$": "$221,$8$"
+            out += split_top_level(s.replace("$", ""))
+        else:  # prose ("$f(x)=ax+b$, where $b$ is ..."): kept whole
+            out.append(strip_math_delims(s))
+    return [a for a in out if a]
+
+
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_TRAILING_JUNK = re.compile(r"\s*solution\s*:?\s*$", re.I)
+_NUMBER_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\$\s*(?:\\mathrm\{)?[a-zA-Z]+(?:\^\{?\d\}?)?\}?\s*\$$")
+
+
+_PERCENT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\\?%$")
+_NUMPY_FLOAT = re.compile(r"(\d)\.(?=\s*/)")
+_NUMPY_FUNC = re.compile(r"\bnp\.(?=(?:arc)?(?:sin|cos|tan)h?\(|exp\(|log\(|sqrt\()")
+
+
+def canonical_gold(answer: str) -> tuple[str, dict]:
+    """Gold spellings math-verify cannot parse, rewritten (with the meta they imply):
+    ``"58,500" -> "58500"``, ``"62.5%"``/``"8 \\%" -> "62.5"``/``"8"`` (unit "%"; a model's
+    ``62.5\\%`` is still graded correct), numpy-style ``"-1./3" -> "-1/3"`` and
+    ``"np.arcsin(x)" -> "\\arcsin(x)"`` (Minerva)."""
+    if _THOUSANDS.match(answer):
+        return answer.replace(",", ""), {}
+    if m := _PERCENT.match(answer):
+        return m.group(1), {"unit": "%"}
+    return _NUMPY_FUNC.sub("\\\\", _NUMPY_FLOAT.sub(r"\1", answer)), {}
+
+
+_ZERO_PADDED = re.compile(r"^0+(\d+)$")
+
+
+# ------------------------------------------------------------------ per-benchmark converters
+def _first(row: dict, keys: tuple[str, ...], where: str, types: Any = str) -> Any:
+    k = next((k for k in keys if row.get(k) is not None), next((k for k in keys if k in row), keys[0]))
+    return get_field(row, k, where, types)
+
+
+def _uid(name: str, row: dict, i: int, keys: tuple[str, ...] = ("id",)) -> str:
+    for k in keys:
+        v = row.get(k)
+        if v is not None and not isinstance(v, (bool, dict, list)):
+            return f"{name}/{v}"
+    return f"{name}/{i}"
+
+
+def _math500(row: dict, where: str, i: int, name: str) -> Problem:
+    uid = get_field(row, "unique_id", where)
+    level = row.get("level")
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+        raise DataError(f"{where}: field 'level' must be an integer, got {type(level).__name__}")
+    return Problem(uid=uid, prompt=get_field(row, "problem", where), answer=answer_text(row, "answer", where),
+                   source=name, level=level, meta={"subject": row.get("subject") or "", "unique_id": uid})
+
+
+def _aime(row: dict, where: str, i: int, name: str) -> Problem:
+    raw = answer_text(row, "answer", where)
+    m = _ZERO_PADDED.match(raw)
+    meta = {"answer_raw": raw} if m else {}
+    return Problem(uid=_uid(name, row, i), prompt=_first(row, ("problem", "question"), where),
+                   answer=m.group(1) if m else raw, source=name, meta=meta)
+
+
+def _amc(row: dict, where: str, i: int, name: str) -> Problem:
+    v = _first(row, ("answer",), where, (str, int, float))
+    answer = answer_text(row, "answer", where)
+    meta = {"answer_raw": v} if not isinstance(v, str) or v != answer else {}
+    return Problem(uid=_uid(name, row, i), prompt=_first(row, ("problem", "question"), where),
+                   answer=answer, source=name, meta=meta)
+
+
+def _minerva(row: dict, where: str, i: int, name: str) -> Problem:
+    from components.reward.grader import extract_boxed
+
+    if row.get("answer") is not None:
+        answer = answer_text(row, "answer", where)
+    else:
+        answer = (extract_boxed(get_field(row, "solution", where)) or "").strip()
+        if not answer:
+            raise DataError(f"{where}: no answer field and no \\boxed{{}} in field 'solution'")
+    return Problem(uid=_uid(name, row, i, ("idx", "id")), prompt=get_field(row, "problem", where),
+                   answer=answer, source=name, meta={"type": row.get("type") or ""})
+
+
+def _olympiad(row: dict, where: str, i: int, name: str) -> Problem:
+    fa = get_field(row, "final_answer", where, (list, str))
+    fa = [fa] if isinstance(fa, str) else fa
+    if not fa or not all(isinstance(a, str) for a in fa):
+        raise DataError(f"{where}: field 'final_answer' must be a non-empty list of strings")
+    multiple = get_field(row, "is_multiple_answer", where, bool, required=False, default=False)
+    canon = [canonical_gold(a) for a in olympiad_answers(fa, multiple)]
+    answers = [a for a, _ in canon]
+    if not answers:
+        raise DataError(f"{where}: field 'final_answer' is empty")
+    question = get_field(row, "question", where)
+    context = get_field(row, "context", where, required=False, default="")
+    meta = {"answers": answers, "answer_raw": fa, "is_multiple_answer": multiple,
+            "answer_type": row.get("answer_type") or "",
+            "unit": "%" if any(extra for _, extra in canon) else row.get("unit"),
+            "tolerance": row.get("error"), "subfield": row.get("subfield") or ""}
+    return Problem(uid=_uid(name, row, i), prompt=f"{context}\n{question}" if context else question,
+                   answer=", ".join(answers), source=name, meta=meta)
+
+
+_LEAKED_ANSWER = re.compile(r"\s*\banswers?:\s*(\S.*?)\s*$", re.I | re.S)
+
+
+def _gaokao(row: dict, where: str, i: int, name: str) -> Problem:
+    prompt = _first(row, ("question", "problem"), where)
+    raw, meta = row.get("answer"), {"source": row.get("source") or "", "id": row.get("id")}
+    if isinstance(raw, str) and not raw.strip() and (m := _LEAKED_ANSWER.search(prompt)):
+        # 2 rows: empty answer, the answer appended to the question ("...point.answers: $x$")
+        raw, prompt, meta["answer_from_question"] = m.group(1), prompt[:m.start()], True
+    else:
+        raw = answer_text(row, "answer", where)
+    text = _TRAILING_JUNK.sub("", raw)                    # "$145$solution:" (1 row)
+    if (m := _NUMBER_UNIT.match(text)):                  # "20 $cm^{2}$" (1 row): unit dropped
+        text, meta["unit"] = m.group(1), text[m.end(1):].strip()
+    spans = split_math_spans(text)
+    answer = ", ".join(spans) if spans else strip_math_delims(text)
+    if not answer:
+        raise DataError(f"{where}: field 'answer' is empty")
+    return Problem(uid=f"{name}/{i}", prompt=prompt, answer=answer, source=name,
+                   meta={"answer_raw": raw, **meta})
+
+
+# ------------------------------------------------------------------ registry
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    file: str                              # default file under <root>/<name>/
+    convert: Callable[[dict, str, int, str], Problem]
+    hf: tuple[str, str | None, str]        # (dataset name, config, split): best known, untested
+    alt_files: tuple[str, ...] = ()
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
+    BenchmarkSpec("math500", "test.jsonl", _math500, ("HuggingFaceH4/MATH-500", None, "test")),
+    BenchmarkSpec("aime24", "test.jsonl", _aime, ("HuggingFaceH4/aime_2024", None, "train")),
+    BenchmarkSpec("aime25", "test.jsonl", _aime, ("math-ai/aime25", None, "test"),
+                  ("aime25_matharena.jsonl",)),
+    BenchmarkSpec("amc23", "test.jsonl", _amc, ("math-ai/amc23", None, "test")),
+    BenchmarkSpec("minerva_math", "test.jsonl", _minerva, ("math-ai/minervamath", None, "test"),
+                  ("test_with_answer.jsonl",)),
+    BenchmarkSpec("olympiadbench", "test.jsonl", _olympiad,
+                  ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train")),
+    BenchmarkSpec("gaokao2023en", "test.jsonl", _gaokao,
+                  ("MARIO-Math-Reasoning/Gaokao2023-Math-En", None, "train")),
+)}
+
+
+def benchmark_root(root: str | Path | None = None) -> Path:
+    """``root``, else ``$RLVR_BENCHMARK_ROOT``, else the repository's ``data/benchmarks``."""
+    return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def _hf_rows(spec: BenchmarkSpec, hf_name: str | None) -> Iterator[tuple[str, Any]]:
+    import datasets
+
+    name, config, split = spec.hf
+    ds = datasets.load_dataset(hf_name or name, config, split=split)
+    for i, row in enumerate(ds, 1):
+        yield f"{hf_name or name}[{split}]:{i}", dict(row)
+
+
+def load_benchmark(name: str, root: str | Path | None = None, *, file: str | None = None,
+                   source: Literal["local", "hf"] = "local", hf_name: str | None = None,
+                   on_error: OnError = "raise", limit: int | None = None) -> Problems:
+    """The problems of benchmark ``name`` (one of :data:`BENCHMARKS`) with gold answers
+    normalised by the benchmark's rule. ``file`` picks another shipped copy (e.g.
+    ``aime25_matharena.jsonl``); ``source="hf"`` reads the Hugging Face dataset (``hf_name``
+    overrides the default name). Returns a list with ``.report`` (see ``loaders.LoadReport``)."""
+    if name not in BENCHMARKS:
+        raise KeyError(f"unknown benchmark '{name}' (known: {', '.join(sorted(BENCHMARKS))})")
+    spec = BENCHMARKS[name]
+    if source == "hf":
+        rows, where = _hf_rows(spec, hf_name), hf_name or spec.hf[0]
+    elif source == "local":
+        path = benchmark_root(root) / name / (file or spec.file)
+        rows, where = iter_rows(path), str(path)
+    else:
+        raise ValueError(f"source must be 'local' or 'hf', got {source!r}")
+
+    def convert(row: dict, w: str, i: int) -> Problem:
+        p = spec.convert(row, w, i, name)
+        answer, extra = canonical_gold(p.answer)
+        if answer == p.answer or "answers" in p.meta:  # OlympiadBench: done per answer
+            return p
+        return replace(p, answer=answer, meta={**p.meta, **extra,
+                                               "answer_raw": p.meta.get("answer_raw", p.answer)})
+
+    return collect(rows, convert, report=LoadReport(where), on_error=on_error, limit=limit)

@@ -1,0 +1,346 @@
+"""Loaders for real math datasets, all returning the canonical :class:`Problem`:
+:func:`load_openr1` (OpenR1-Math-220k: file, directory or Hugging Face name), :func:`load_math`
+(MATH train/test), :func:`load_dapo17k` (DAPO-Math-17k); the benchmarks are in
+:mod:`components.data.benchmarks`.
+
+Malformed rows raise :class:`DataError` with a one-line message naming file and line
+(``data/x.jsonl:17: missing field 'answer'``; for parquet the number is the 1-based row).
+With ``on_error="skip"`` they are skipped and counted instead: every loader returns a
+:class:`Problems` list whose ``.report`` (:class:`LoadReport`) holds the counts and messages.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+from components.data.schema import DataError, Problem
+
+__all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows",
+           "collect", "get_field", "answer_text", "number_to_answer", "parse_level",
+           "strip_dapo_boilerplate"]
+
+OnError = Literal["raise", "skip"]
+MAX_KEPT_ERRORS = 100
+
+
+@dataclass
+class LoadReport:
+    """What one load did. ``rows`` = loaded + skipped + filtered + duplicates + conflicts
+    (+ rows not read because ``limit`` was reached, which are not counted at all)."""
+    source: str
+    rows: int = 0          # rows read (non-blank lines, parquet/HF rows)
+    loaded: int = 0        # problems returned
+    skipped: int = 0       # malformed rows skipped (on_error="skip")
+    filtered: int = 0      # well-formed rows a rule dropped (unverifiable answer, too few traces)
+    duplicates: int = 0    # identical problems dropped (DAPO: first copy kept)
+    conflicts: int = 0     # copies of a problem whose golds disagree, all dropped (DAPO)
+    repaired: int = 0      # rows whose text was repaired (DAPO: "\x0crac" -> "\\frac")
+    errors: list[str] = field(default_factory=list)  # messages of skipped rows (first 100)
+
+
+class Problems(list):
+    """``list[Problem]`` with the :class:`LoadReport` of the load as ``.report``."""
+
+    def __init__(self, items: Iterable[Problem] = (), report: LoadReport | None = None):
+        super().__init__(items)
+        self.report = report or LoadReport(source="")
+
+
+# ------------------------------------------------------------------ reading rows
+def iter_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """Yield ``(where, row)`` for a ``.jsonl``/``.json`` file (one object per line) or a
+    ``.parquet`` file. A broken line yields a :class:`DataError` as its row (so that the
+    caller decides whether to raise or skip); a missing file raises at once."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such data file")
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        n = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                n += 1
+                yield f"{path}:{n}", row
+        return
+    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+        raise DataError(f"{path}: unsupported file type (expected .jsonl or .parquet)")
+    with path.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, DataError(f"{where}: invalid JSON ({e.msg})")
+                continue
+            yield where, row if isinstance(row, dict) else DataError(
+                f"{where}: expected a JSON object, got {type(row).__name__}")
+
+
+def collect(rows: Iterable[tuple[str, Any]], convert: Callable[[dict, str, int], Problem | None], *,
+            report: LoadReport, on_error: OnError = "raise", limit: int | None = None) -> Problems:
+    """Convert rows (``convert(row, where, index)``; None = filtered out), check uid
+    uniqueness, and raise or skip-and-count malformed rows."""
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    out = Problems(report=report)
+    seen: dict[str, str] = {}
+    for i, (where, row) in enumerate(rows):
+        if limit is not None and len(out) >= limit:
+            break
+        report.rows += 1
+        try:
+            if isinstance(row, DataError):
+                raise row
+            p = convert(row, where, i)
+            if p is not None and p.uid in seen:
+                raise DataError(f"{where}: duplicate uid '{p.uid}' (first at {seen[p.uid]})")
+        except DataError as e:
+            if on_error == "raise":
+                raise
+            report.skipped += 1
+            if len(report.errors) < MAX_KEPT_ERRORS:
+                report.errors.append(str(e))
+            continue
+        if p is None:
+            report.filtered += 1
+            continue
+        tail = where.rsplit(":", 1)[-1]
+        seen[p.uid] = f"line {tail}" if tail.isdigit() else where
+        out.append(p)
+    report.loaded = len(out)
+    return out
+
+
+# ------------------------------------------------------------------ field helpers
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list",
+               dict: "an object", bool: "a boolean"}
+
+
+def get_field(row: dict, key: str, where: str, types: type | tuple = str, *,
+              required: bool = True, default: Any = None) -> Any:
+    """``row[key]`` checked against ``types`` (bool is never accepted as a number)."""
+    if key not in row:
+        if required:
+            raise DataError(f"{where}: missing field '{key}'")
+        return default
+    v = row[key]
+    if v is None:
+        if required:
+            raise DataError(f"{where}: field '{key}' is null")
+        return default
+    types_t = types if isinstance(types, tuple) else (types,)
+    if not isinstance(v, types_t) or (isinstance(v, bool) and bool not in types_t):
+        want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types_t)
+        raise DataError(f"{where}: field '{key}' must be {want}, got {type(v).__name__}")
+    return v
+
+
+def number_to_answer(x: int | float, where: str = "", key: str = "answer") -> str:
+    """``27.0 -> "27"``, ``0.5 -> "0.5"``, ``7 -> "7"``; NaN/inf are malformed."""
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise DataError(f"{where}: field '{key}' is not a finite number ({x})")
+        return str(int(x)) if x.is_integer() else repr(x)
+    return str(int(x))
+
+
+def answer_text(row: dict, key: str, where: str) -> str:
+    """A gold answer given as a string or a number, as a non-empty string."""
+    v = get_field(row, key, where, (str, int, float))
+    s = v.strip() if isinstance(v, str) else number_to_answer(v, where, key)
+    if not s:
+        raise DataError(f"{where}: field '{key}' is empty")
+    return s
+
+
+_LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.I)
+
+
+def parse_level(v: Any, where: str, key: str = "level") -> int | None:
+    """``3 -> 3``, ``"Level 3" -> 3``, ``"Level ?"``/None -> None; other types are malformed."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise DataError(f"{where}: field '{key}' must be an integer or a string like 'Level 3', "
+                        f"got {type(v).__name__}")
+    return v if isinstance(v, int) else (int(m.group(1)) if (m := _LEVEL.match(v)) else None)
+
+
+def _hash_uid(prefix: str, text: str) -> str:
+    return f"{prefix}/h{hashlib.sha1(text.encode('utf-8')).hexdigest()[:16]}"
+
+
+# ------------------------------------------------------------------ MATH
+def load_math(path: str | Path, *, on_error: OnError = "raise", limit: int | None = None,
+              source: str = "math", answer_from_solution: bool = False) -> Problems:
+    """MATH (Hendrycks et al.) in the PRM800K-style JSONL: ``problem``, ``solution``, ``answer``,
+    ``level`` (3 or "Level 3"; falls back to ``level_raw``; "Level ?" -> None), ``subject``,
+    ``unique_id`` (the uid; a hash of the problem when absent). The reference solution is kept
+    as the problem's expert trace when it contains a ``\\boxed{}``. ``answer_from_solution``:
+    rows without ``answer`` (the original MATH json) take the solution's last ``\\boxed{}``."""
+    from components.reward.grader import extract_boxed
+
+    def convert(row: dict, where: str, i: int) -> Problem:
+        prompt = get_field(row, "problem", where)
+        solution = get_field(row, "solution", where, required=False, default="")
+        if answer_from_solution and row.get("answer") is None:
+            if not (answer := (extract_boxed(solution) or "").strip()):
+                raise DataError(f"{where}: missing field 'answer' (and no \\boxed{{}} in 'solution')")
+        else:
+            answer = answer_text(row, "answer", where)
+        level = parse_level(row.get("level"), where)
+        if level is None and row.get("level_raw") is not None:
+            level = parse_level(row["level_raw"], where, "level_raw")
+        uid = get_field(row, "unique_id", where, required=False) or _hash_uid(source, prompt)
+        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, level=level,
+                       traces=(solution,) if extract_boxed(solution) is not None else (),
+                       meta={"subject": get_field(row, "subject", where, required=False, default=""),
+                             "unique_id": uid})
+
+    return collect(iter_rows(path), convert, report=LoadReport(str(path)), on_error=on_error, limit=limit)
+
+
+# ------------------------------------------------------------------ DAPO-Math-17k
+_DAPO_PREFIX = re.compile(
+    r"^\s*Solve the following math problem step by step\. The last line of your response should be of "
+    r"the form Answer: \$Answer \(without quotes\) where \$Answer is the answer to the problem\.\s*")
+_DAPO_SUFFIX = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
+_DAPO_SUFFIX_ZH = re.compile(r"\s*让我们一步一步地思考。请以“Answer: \\boxed\{<final_answer>\}”"
+                             r"的格式输出最终答案。.*$", re.S)
+_FORMFEED_FRAC = re.compile("\x0c(?=rac\\b|rac\\{)")  # "\frac" read through a JSON "\f" escape
+
+
+def strip_dapo_boilerplate(text: str) -> str:
+    """The problem statement of a DAPO prompt: the English instruction prefix/suffix of the
+    original release and the Chinese answer-format suffix removed, when present."""
+    return _DAPO_SUFFIX_ZH.sub("", _DAPO_SUFFIX.sub("", _DAPO_PREFIX.sub("", text))).strip()
+
+
+def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | None = None,
+                 source: str = "dapo17k", dedupe: bool = True) -> Problems:
+    """DAPO-Math-17k in the verl layout: ``prompt`` (chat list; the user message's content,
+    boilerplate stripped), ``reward_model.ground_truth`` (gold), ``extra_info.index`` (uid
+    ``dapo17k/<index>``; a hash of the problem when absent). ``"\\x0crac"`` (a ``\\frac`` that
+    was read as a form feed upstream) is repaired. With ``dedupe``, identical problems keep
+    their first copy; problems whose copies disagree on the gold are dropped altogether."""
+
+    def convert(row: dict, where: str, i: int) -> Problem:
+        msgs = get_field(row, "prompt", where, (list, str))
+        if isinstance(msgs, str):
+            text = msgs
+        else:
+            users = [m for m in msgs if isinstance(m, dict) and m.get("role") == "user"]
+            if not users or not isinstance(users[-1].get("content"), str):
+                raise DataError(f"{where}: field 'prompt' has no user message with string content")
+            text = users[-1]["content"]
+        fixed = _FORMFEED_FRAC.sub(r"\\f", text)
+        if not (prompt := strip_dapo_boilerplate(fixed)):
+            raise DataError(f"{where}: field 'prompt' is empty")
+        rm = get_field(row, "reward_model", where, dict)
+        answer = answer_text(rm, "ground_truth", f"{where}: reward_model")
+        extra = get_field(row, "extra_info", where, dict, required=False, default={})
+        index = extra.get("index")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, (int, str))):
+            raise DataError(f"{where}: field 'extra_info.index' must be an integer or a string")
+        uid = f"{source}/{index}" if index is not None else _hash_uid(source, prompt)
+        meta = {"index": index, "data_source": row.get("data_source", ""), "repaired": fixed != text}
+        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, meta=meta)
+
+    report = LoadReport(str(path))
+    rows = collect(iter_rows(path), convert, report=report, on_error=on_error,
+                   limit=None if dedupe else limit)
+    report.repaired = sum(bool(p.meta.get("repaired")) for p in rows)
+    if not dedupe:
+        return rows
+    golds: dict[str, set[str]] = {}
+    for p in rows:
+        golds.setdefault(p.prompt, set()).add(p.answer)
+    out, seen = Problems(report=report), set()
+    for p in rows:
+        if len(golds[p.prompt]) > 1:
+            report.conflicts += 1
+        elif p.prompt in seen:
+            report.duplicates += 1
+        elif limit is None or len(out) < limit:
+            seen.add(p.prompt)
+            out.append(p)
+    report.loaded = len(out)
+    return out
+
+
+# ------------------------------------------------------------------ OpenR1-Math-220k
+OPENR1_UNVERIFIABLE = frozenset({"", "proof", "notfound", "none"})
+
+
+def _openr1_sources(path_or_name: str | Path, config: str, split: str) -> Iterator[tuple[str, Any]]:
+    p = Path(path_or_name)
+    if p.is_file():
+        yield from iter_rows(p)
+        return
+    if p.is_dir():
+        base = next((d for d in (p / config, p / "data" if config == "default" else None)
+                     if d is not None and d.is_dir()), p)
+        files = sorted(f for f in base.rglob("*") if f.suffix in (".parquet", ".jsonl"))
+        if not files:
+            raise DataError(f"{base}: no .parquet or .jsonl files")
+        for f in files:
+            yield from iter_rows(f)
+        return
+    if p.suffix in (".parquet", ".jsonl", ".json") or str(path_or_name).startswith((".", "/")):
+        raise DataError(f"{p}: no such data file")
+    import datasets  # a Hugging Face dataset name (needs the network or a local HF cache)
+
+    ds = datasets.load_dataset(str(path_or_name), config, split=split)
+    for i, row in enumerate(ds, 1):
+        yield f"{path_or_name}[{config}/{split}]:{i}", row
+
+
+def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | None = None, *,
+                split: str = "train", on_error: OnError = "raise", source: str = "openr1",
+                min_traces: int = 0, drop_unverifiable: bool = True) -> Problems:
+    """OpenR1-Math-220k (public schema: problem, solution, answer, problem_type, question_type,
+    source, uuid, is_reasoning_complete, generations, correctness_math_verify, correctness_llama,
+    finish_reasons, correctness_count, messages). ``path_or_name``: a .parquet/.jsonl file, a
+    directory of them (an HF snapshot: ``<dir>/<config>/``, or ``<dir>/data/`` for "default"),
+    or a Hugging Face name ("open-r1/OpenR1-Math-220k", read with ``datasets.load_dataset``).
+    ``traces`` = generations[i] with correctness_math_verify[i] AND is_reasoning_complete[i]
+    AND finish_reasons[i] == "stop", in order. Rows with fewer than ``min_traces`` traces and
+    (with ``drop_unverifiable``) rows whose answer is "proof"/"notfound"/empty are filtered
+    (``report.filtered``). uid = ``uuid``; meta keeps uuid, source, problem_type,
+    question_type, correctness_count, n_generations."""
+
+    def convert(row: dict, where: str, i: int) -> Problem | None:
+        prompt = get_field(row, "problem", where)
+        raw = row.get("answer")
+        if drop_unverifiable and (raw is None or str(raw).strip().lower() in OPENR1_UNVERIFIABLE):
+            return None
+        answer = answer_text(row, "answer", where)
+        uid = get_field(row, "uuid", where, required=False) or _hash_uid(source, prompt)
+        gens = get_field(row, "generations", where, list, required=False, default=[])
+        if not all(isinstance(g, str) for g in gens):
+            raise DataError(f"{where}: field 'generations' must be a list of strings")
+        cols = []
+        for key in ("correctness_math_verify", "is_reasoning_complete", "finish_reasons"):
+            v = get_field(row, key, where, list, required=False, default=None) or [None] * len(gens)
+            if len(v) != len(gens):
+                raise DataError(f"{where}: field '{key}' has {len(v)} entries for {len(gens)} generations")
+            cols.append(v)
+        traces = tuple(g for g, ok, done, fin in zip(gens, *cols)
+                       if ok is True and done is True and fin == "stop")
+        if len(traces) < min_traces:
+            return None
+        meta = {"uuid": uid, "source": row.get("source") or "", "problem_type": row.get("problem_type") or "",
+                "question_type": row.get("question_type") or "", "n_generations": len(gens),
+                "correctness_count": row.get("correctness_count")}
+        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, traces=traces, meta=meta)
+
+    return collect(_openr1_sources(path_or_name, config, split), convert,
+                   report=LoadReport(str(path_or_name)), on_error=on_error, limit=limit)

@@ -1,0 +1,198 @@
+"""GRESO: pre-rollout selective rollout by temporal consistency (Zheng et al., NeurIPS 2025,
+arXiv 2506.02177; official code Infini-AI-Lab/GRESO ``presampling_selector.py``). METHODS.md
+section 6.
+
+State: a per-prompt trace of (training step, mean reward of its group) for every time the
+prompt was rolled out, plus the global keep bases ``p_easy`` and ``p_hard``.
+
+Pre-rollout rule (``all_probabilistic``), for a prompt with a non-empty trace
+(:func:`skip_probability`):
+
+- easy: z_e = number of most recent consecutive entries with mean >= 0.98 (all correct);
+  if z_e > 0, skip with probability 1 - max(p_easy ** z_e, 0.01);
+- hard: only if the latest mean <= 0.11; z_h = most recent consecutive entries with
+  mean <= 0.11; skip with probability 1 - max(p_hard ** z_h, 0.01);
+- a prompt without history is never skipped.
+
+Exploration adaptation, after each observed batch once ``epoch >= adapt_from_epoch`` (the
+official code adapts for epoch > 0): among the groups rolled out in that batch,
+easy ratio = share with mean >= 0.98 and hard ratio = share with mean <= 0.11;
+p_easy -= 0.01 if easy ratio >= target/3 else += 0.01, p_hard likewise with 2*target/3,
+target_zero_variance = 0.25; both clamped to [0.05, 0.95], initial 0.5. (Values are rounded
+to 1e-9 after each step so that +-0.01 walks do not accumulate float noise.)
+
+Batch filling. The official trainer over-samples and keeps filling DAPO-style. Here the
+budget contract of this project holds instead: a step always rolls out exactly
+``batch_size`` groups of ``n``. A batch prompt that is skipped is replaced by further prompts
+drawn (seeded by the step rng) from the training set given to ``setup``, each subject to the
+same skip rule, examining at most ``ceil(max_draw_factor * batch_size)`` candidates. If the
+batch is still short, the skipped prompts with the lowest skip probability are rolled out
+anyway ("forced"). Post-rollout zero-variance filtering is *not* part of this method (that is
+DAPO's dynamic sampling, a separate method); zero-variance groups reach the trainer and
+contribute no policy gradient.
+
+Epoch index: ``step * batch_size // len(training set)``, matching the trainer's batch order.
+Variants: METHODS.md and the official scripts it cites do not distinguish GRESO-R / GRESO-G,
+so only one GRESO is implemented. Mean rewards are used as given (0/1 rewards assumed, so
+0.98 / 0.11 mean all correct / all wrong for n <= 9).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from components.data.schema import Problem
+from components.methods.base import Group, MethodConfig, RolloutContext
+
+
+class GRESOConfig(MethodConfig):
+    n: int = Field(8, ge=1, description="samples per prompt")
+    p_easy_init: float = Field(0.5, ge=0.0, le=1.0)
+    p_hard_init: float = Field(0.5, ge=0.0, le=1.0)
+    easy_threshold: float = Field(0.98, description="group mean >= this counts as easy (all correct)")
+    hard_threshold: float = Field(0.11, description="group mean <= this counts as hard (all wrong)")
+    min_keep_prob: float = Field(0.01, ge=0.0, le=1.0, description="skip prob is 1 - max(p**z, this)")
+    target_zero_variance: float = Field(0.25, gt=0.0, le=1.0)
+    adjust_step: float = Field(0.01, ge=0.0)
+    p_min: float = Field(0.05, ge=0.0, le=1.0)
+    p_max: float = Field(0.95, ge=0.0, le=1.0)
+    adapt_from_epoch: int = Field(1, ge=0, description="adapt p_easy/p_hard once epoch >= this")
+    max_draw_factor: float = Field(4.0, ge=0.0, description="replacement candidates examined, x batch size")
+    max_trace: int = Field(128, ge=1, description="trace entries kept per prompt (>= 90 is exact for p <= 0.95)")
+
+
+def _trailing(means: Sequence[float], pred) -> int:
+    z = 0
+    for m in reversed(means):
+        if not pred(m):
+            break
+        z += 1
+    return z
+
+
+def skip_probability(trace: Sequence, p_easy: float, p_hard: float, easy_threshold: float = 0.98,
+                     hard_threshold: float = 0.11, min_keep_prob: float = 0.01) -> float:
+    """GRESO's pre-rollout skip probability of one prompt.
+
+    ``trace`` holds (step, mean reward) pairs, oldest first (plain means are accepted too).
+    """
+    means = [float(e[1]) if isinstance(e, (tuple, list)) else float(e) for e in trace]
+    if not means:
+        return 0.0
+    z_e = _trailing(means, lambda m: m >= easy_threshold)
+    if z_e > 0:
+        return 1.0 - max(p_easy ** z_e, min_keep_prob)
+    if means[-1] <= hard_threshold:
+        z_h = _trailing(means, lambda m: m <= hard_threshold)
+        return 1.0 - max(p_hard ** z_h, min_keep_prob)
+    return 0.0
+
+
+class GRESO:
+    name = "greso"
+    Config = GRESOConfig
+
+    def __init__(self, config: GRESOConfig):
+        self.config = config
+        self.traces: dict[str, list[list]] = {}     # uid -> [[step, mean], ...]
+        self.p_easy = float(config.p_easy_init)
+        self.p_hard = float(config.p_hard_init)
+        self.step = 0
+        self.epoch = 0
+        self.pool: list[Problem] = []
+        self.last: dict[str, float] = {}
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        self.pool = list(problems)
+
+    def skip_prob(self, uid: str) -> float:
+        c = self.config
+        return skip_probability(self.traces.get(uid, ()), self.p_easy, self.p_hard,
+                                c.easy_threshold, c.hard_threshold, c.min_keep_prob)
+
+    def select(self, batch: Sequence[Problem], rng: np.random.Generator) -> tuple[list[Problem], dict[str, float]]:
+        """The prompts to roll out: exactly ``len(batch)`` of them (skips replaced, see module doc)."""
+        selected, skipped = [], []                   # skipped: (prob, order, problem)
+        for p in batch:
+            q = self.skip_prob(p.uid)
+            if rng.random() < q:
+                skipped.append((q, len(skipped), p))
+            else:
+                selected.append(p)
+        need, drawn, examined = len(batch) - len(selected), 0, 0
+        if need > 0 and self.pool:
+            taken = {p.uid for p in batch}
+            limit = math.ceil(self.config.max_draw_factor * len(batch))
+            for i in rng.permutation(len(self.pool)).tolist():
+                if need == 0 or examined >= limit:
+                    break
+                p = self.pool[i]
+                if p.uid in taken:
+                    continue
+                taken.add(p.uid)
+                examined += 1
+                q = self.skip_prob(p.uid)
+                if rng.random() < q:
+                    skipped.append((q, len(skipped), p))
+                else:
+                    selected.append(p)
+                    drawn += 1
+                    need -= 1
+        forced = sorted(skipped, key=lambda t: (t[0], t[1]))[:need]
+        selected.extend(p for _, _, p in forced)
+        stats = {"skipped": float(len(skipped) - len(forced)), "drawn": float(drawn),
+                 "examined": float(examined), "forced": float(len(forced))}
+        return selected, stats
+
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+        self.step = ctx.step
+        self.epoch = (ctx.step * len(batch)) // max(len(self.pool), 1)
+        chosen, stats = self.select(batch, rng)
+        self.last = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
+        items = []
+        for p in chosen:
+            ids = ctx.encode_prompt(p)
+            items.append((p, ids, "", len(ids), p.uid))
+        return ctx.sample_groups(items, self.config.n)
+
+    def _adapt(self, p: float, ratio: float, target: float) -> float:
+        c = self.config
+        p = p - c.adjust_step if ratio >= target else p + c.adjust_step
+        return round(min(max(p, c.p_min), c.p_max), 9)
+
+    def observe(self, groups: list[Group]) -> None:
+        c = self.config
+        easy = hard = total = 0
+        for g in groups:
+            if g.is_replay or g.supervised or not g.rewards:
+                continue
+            mean = float(np.mean(g.rewards))
+            trace = self.traces.setdefault(g.problem_uid, [])
+            trace.append([int(self.step), mean])
+            del trace[:-c.max_trace]
+            easy += mean >= c.easy_threshold
+            hard += mean <= c.hard_threshold
+            total += 1
+        if total and self.epoch >= c.adapt_from_epoch:
+            self.p_easy = self._adapt(self.p_easy, easy / total, c.target_zero_variance / 3)
+            self.p_hard = self._adapt(self.p_hard, hard / total, 2 * c.target_zero_variance / 3)
+
+    def rollouts_per_step(self, batch_size: int) -> int:
+        return batch_size * self.config.n
+
+    def buffer_stats(self) -> dict[str, float]:
+        return {**self.last, "traced_prompts": float(len(self.traces))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"traces": {u: [list(e) for e in t] for u, t in self.traces.items()},
+                "p_easy": self.p_easy, "p_hard": self.p_hard, "step": self.step, "epoch": self.epoch,
+                "last": dict(self.last)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.traces = {u: [[int(s), float(m)] for s, m in t] for u, t in state["traces"].items()}
+        self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self.last = {k: float(v) for k, v in state.get("last", {}).items()}

@@ -1,0 +1,128 @@
+"""VIGOR: progressive rollout allocation (METHODS.md section 3).
+
+Source: Jiang et al. 2026, "Learning as Reasoning Unfolds: Progressive Rollout Allocation"
+(arXiv 2607.22002), known from the seed summary and survey notes [SEC]; no primary text
+or code. Rule: every prompt starts with ``m0`` rollouts; in rounds t = 1..T-1 the fraction
+``alpha`` of groups with the highest observed reward variance is expanded by ``gamma``.
+
+Budget-consistent reading [INF] (METHODS.md): the active set of round t is the top-alpha
+subset of round t-1's active set; each active prompt gets ``m0 * gamma**t`` *new*
+rollouts. With alpha*gamma = 1 each round costs B*m0 and a step T*B*m0 (m0=2, T=4: 8 per
+prompt, GRPO n=8's budget).
+
+Open choices, as config knobs [INF]:
+- active-set size a_t = ``rounding``(alpha * a_{t-1}) with a_0 = B; ``"ceil"`` (default:
+  at least one prompt is expanded every round) or ``"floor"`` (a round with a_t = 0 is
+  skipped, and so are all later ones). Exactly alpha^t * B, and exactly T*m0 per prompt on
+  average, when B is divisible by gamma^(T-1) (B = 8, 16, ... for the defaults); otherwise
+  ``rollouts_per_step(B)`` (the sum of a_t * m0 * gamma^t) says what a step generates;
+- variance = Bernoulli variance p(1-p) of p = mean of all the prompt's rewards so far
+  (clipped to [0, 1]); ties (e.g. the many zero-variance groups at m0 = 2) broken
+  uniformly at random with the step's rng;
+- all of a prompt's rollouts (every round) form ONE group with the prompt's uid, so the
+  trainer's advantage is computed over all of them; ``meta["rounds"]`` counts the rounds
+  the prompt was active, ``meta["round_of_sample"]`` gives each sample's round;
+- round t samples with seed offset t, so rounds draw different samples.
+
+``speedup(k)`` is the seed's gain under a Pareto(k) tail of per-prompt variance:
+eta = sum_{i<T} (gamma * alpha^(1-1/k))^i / sum_{i<T} (alpha*gamma)^i, tau = eta^(1/3).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from components.data.schema import Problem
+from components.methods.base import Group, MethodConfig, RolloutContext
+
+
+def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tuple[float, float]:
+    """(eta, tau) of METHODS.md section 3 for a Pareto(k) variance tail (k > 0)."""
+    if k <= 0:
+        raise ValueError("k must be > 0")
+    num = sum((gamma * alpha ** (1.0 - 1.0 / k)) ** i for i in range(T))
+    den = sum((alpha * gamma) ** i for i in range(T))
+    eta = num / den
+    return eta, eta ** (1.0 / 3.0)
+
+
+class VIGORConfig(MethodConfig):
+    m0: int = Field(2, ge=1, description="rollouts per prompt in round 0")
+    T: int = Field(4, ge=1, description="rounds")
+    gamma: float = Field(2.0, ge=1.0, description="expansion factor per round")
+    alpha: float = Field(0.5, gt=0.0, le=1.0, description="fraction of the active set kept each round")
+    rounding: Literal["ceil", "floor"] = "ceil"
+
+
+def bernoulli_var(rewards: Sequence[float]) -> float:
+    if not rewards:
+        return 0.0
+    p = min(max(float(np.mean(rewards)), 0.0), 1.0)
+    return p * (1.0 - p)
+
+
+class VIGOR:
+    name = "vigor"
+    Config = VIGORConfig
+
+    def __init__(self, config: VIGORConfig):
+        self.config = config
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        pass
+
+    def schedule(self, batch_size: int) -> list[tuple[int, int]]:
+        """[(active prompts a_t, new rollouts per active prompt)] for rounds t = 0..T-1."""
+        c, out, a = self.config, [], batch_size
+        for t in range(c.T):
+            if t > 0:
+                x = c.alpha * a
+                a = min(a, math.ceil(x - 1e-9) if c.rounding == "ceil" else math.floor(x + 1e-9))
+            if a <= 0:
+                break
+            out.append((a, int(round(c.m0 * c.gamma ** t))))
+        return out
+
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+        items = []
+        for p in batch:
+            ids = ctx.encode_prompt(p)
+            items.append((p, ids, "", len(ids), p.uid))
+        merged: list[Group] = []
+        active = list(range(len(batch)))
+        for t, (a, per) in enumerate(self.schedule(len(batch))):
+            if t > 0:
+                var = np.array([bernoulli_var(merged[i].rewards) for i in active])
+                tie = rng.random(len(active))
+                order = np.lexsort((tie, -var))          # highest variance first, random ties
+                active = sorted(active[j] for j in order[:a])
+            groups = ctx.sample_groups([items[i] for i in active], per, seed_offset=t)
+            for i, g in zip(active, groups):
+                if t == 0:
+                    g.meta.update(rounds=1, round_of_sample=[0] * g.n)
+                    merged.append(g)
+                    continue
+                m = merged[i]
+                m.responses += g.responses
+                m.texts += g.texts
+                m.rewards += g.rewards
+                m.reasons += g.reasons
+                m.finish_reasons += g.finish_reasons
+                m.meta["rounds"] = t + 1
+                m.meta["round_of_sample"] += [t] * g.n
+        return merged
+
+    def observe(self, groups: list[Group]) -> None:
+        pass
+
+    def rollouts_per_step(self, batch_size: int) -> int:
+        return sum(a * per for a, per in self.schedule(batch_size))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

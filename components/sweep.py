@@ -96,6 +96,8 @@ class Sweep(_Strict):
     methods: list[str] = Field(min_length=1)
     stages: StagesConfig = Field(default_factory=StagesConfig)
     method_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # per-method overrides of the train stage's params (DAPO's clip-higher, VIP's estimator, ...)
+    method_train: dict[str, dict[str, Any]] = Field(default_factory=dict)
     retries: int = Field(default=2, ge=0, le=20)
     retry_delay_s: float = Field(default=5.0, ge=0)
 
@@ -128,7 +130,7 @@ class Sweep(_Strict):
                 raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
         return v
 
-    @field_validator("method_config")
+    @field_validator("method_config", "method_train")
     @classmethod
     def _method_config(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = known_methods()
@@ -158,7 +160,7 @@ class Sweep(_Strict):
         return {**self.stages.pretrain, **extra}
 
     def train_params(self, method: str, seed: int) -> dict[str, Any]:
-        return {**self.stages.train, "method": method, "seed": seed,
+        return {**self.stages.train, **self.method_train.get(method, {}), "method": method, "seed": seed,
                 "method_config": dict(self.method_config.get(method, {}))}
 
     def evaluate_params(self, label: str) -> dict[str, Any]:

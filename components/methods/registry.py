@@ -9,7 +9,10 @@ _METHODS: dict[str, str] = {
     "grpo": "components.methods.grpo:GRPO",
     "vsr": "components.methods.vsr:VSR",
     "sft": "components.methods.sft:SFT",
-    # issue 3: allocation baselines
+    "vsr_no_scoring": "components.methods.vsr:VSRNoScoring",
+    "vsr_no_recency": "components.methods.vsr:VSRNoRecency",
+    "static_prefix": "components.methods.vsr:StaticPrefix",
+    # allocation baselines
     "dapo": "components.methods.dapo:DAPO",
     "pods": "components.methods.pods:PODS",
     "reinforce_ada_est": "components.methods.reinforce_ada:ReinforceAdaEst",

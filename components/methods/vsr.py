@@ -202,3 +202,37 @@ class VSR:
         self.buffer = {u: Trajectory(**t) for u, t in state["buffer"].items()}
         self.p0 = {u: float(v) for u, v in state["p0"].items()}
         self.step = int(state["step"])
+
+
+# ---- the ablations and controls of the VSR paper, as registered presets ------------------
+class VSRNoScoringConfig(VSRConfig):
+    scoring: Literal["sigma", "uniform"] = "uniform"
+
+
+class VSRNoScoring(VSR):
+    """VSR w/o scoring: same buffer, prefixes drawn uniformly (seed 000, Figure 6)."""
+    name = "vsr_no_scoring"
+    Config = VSRNoScoringConfig
+
+
+class VSRNoRecencyConfig(VSRConfig):
+    freeze_after: int | None = Field(10, ge=0, description="warm-up steps, then the buffer is frozen")
+
+
+class VSRNoRecency(VSR):
+    """VSR w/o recency: the buffer fills during a warm-up and is then held fixed."""
+    name = "vsr_no_recency"
+    Config = VSRNoRecencyConfig
+
+
+class StaticPrefixConfig(VSRConfig):
+    scoring: Literal["sigma", "uniform"] = "uniform"
+    online_insert: bool = False
+    window_steps: int | None = None
+
+
+class StaticPrefix(VSR):
+    """Static uniform expert-prefix resets: a fixed expert-prefix pool, sampled uniformly,
+    never updated with the policy's own prefixes (the VSR paper's Llama-3.2-3B control)."""
+    name = "static_prefix"
+    Config = StaticPrefixConfig

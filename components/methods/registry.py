@@ -16,6 +16,7 @@ _METHODS: dict[str, str] = {
     "dapo": "components.methods.dapo:DAPO",
     "pods": "components.methods.pods:PODS",
     "reinforce_ada_est": "components.methods.reinforce_ada:ReinforceAdaEst",
+    "reinforce_ada_seq": "components.methods.reinforce_ada:ReinforceAdaSeq",
     "vigor": "components.methods.vigor:VIGOR",
     "greso": "components.methods.greso:GRESO",
     "vip": "components.methods.vip:VIP",

@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.dapo import discard
 
 
 def allocate(p_hat: Sequence[float], total: int, n_min: int, n_max: int, eps: float = 1e-6) -> list[int]:
@@ -157,3 +158,205 @@ class ReinforceAdaEst:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ema = {u: [float(v[0]), float(v[1])] for u, v in state["ema"].items()}
+
+
+# ====================================================================== Reinforce-Ada-Seq
+def seq_keep_counts(n_pos: int, n_neg: int, n: int, choice: str, finished: bool) -> tuple[int, int]:
+    """(positives, negatives) kept from a prompt's caches: the first ones of each, in order.
+
+    ``finished`` (the exit rule fired): verl ``downsample_cache``: kp = min(n//2, pos),
+    kn = min(n - kp, neg), then the shortfall is filled from the positives.
+    Otherwise the ``max_rounds`` fallback: take = min(n, pos + neg); balanced targets
+    (n//2, n - n//2); positive-focused target_pos = max(min(ceil(pos/total * n), take - 1), 1),
+    target_neg = take - target_pos; each side is capped by what it has and the shortfall is
+    filled from the positives if any are left, else from the negatives.
+    """
+    if finished:
+        kp = min(n // 2, n_pos)
+        kn = min(n - kp, n_neg)
+        if kp + kn < n:
+            if n_pos > kp:
+                kp += min(n_pos - kp, n - kp - kn)
+            elif n_neg > kn:
+                kn += min(n_neg - kn, n - kp - kn)
+        return kp, kn
+    total = n_pos + n_neg
+    take = min(n, total)
+    if choice == "positive_focused":
+        ratio = n_pos / total if total > 0 else 0.0
+        tp = max(min(math.ceil(ratio * n), take - 1), 1)
+        tn = take - tp
+    else:
+        tp, tn = n // 2, n - n // 2
+    kp, kn = min(n_pos, tp), min(n_neg, tn)
+    if kp + kn < take:
+        if n_pos > kp:
+            kp += min(n_pos - kp, take - kp - kn)
+        elif n_neg > kn:
+            kn += min(n_neg - kn, take - kp - kn)
+    return kp, kn
+
+
+def global_stats(n_pos: int, n_neg: int, eps: float = 1e-6) -> tuple[float, float]:
+    """verl ``_compute_with_global_stats``: (mean, std) of ``n_pos`` ones and ``n_neg`` zeros.
+
+    std = max(unbiased std, eps); a prompt with at most one sample gets (0, 1).
+    """
+    total = n_pos + n_neg
+    if total <= 1:
+        return 0.0, 1.0
+    mean = n_pos / total
+    std = math.sqrt(n_pos * n_neg / (total * (total - 1)))     # torch.std (ddof = 1) of the 0/1 list
+    return mean, max(std, eps)
+
+
+class ReinforceAdaSeqConfig(MethodConfig):
+    max_rounds: int = Field(4, ge=1)
+    round_repeat: int = Field(8, ge=1, description="M: samples per active prompt per round")
+    positive_threshold: float = Field(0.7, description="reward > threshold counts as positive")
+    final_keep: int = Field(4, ge=1, description="n: samples kept per prompt (verl final_keep_per_prompt)")
+    choice: Literal["balanced", "positive_focused"] = "balanced"
+    global_stat_est: bool = True
+    norm_adv_by_std: bool = False       # the script's norm_adv_by_std_in_grpo=False
+    eps: float = Field(1e-6, gt=0.0)
+
+
+class ReinforceAdaSeq:
+    """Reinforce-Ada-Seq (METHODS.md section 5a), after the authors' verl code
+    (``RayPPOTrainer._generate_multi_round_adaptive_downsampling`` and
+    ``compute_grpo_outcome_advantage`` with ``global_stat_est``).
+
+    Per step every prompt of the batch starts active. Round t (t = 0..max_rounds-1) samples
+    ``round_repeat`` (M) responses for every active prompt in ONE engine call (seed offset t);
+    each sample goes to the prompt's positive cache (reward > ``positive_threshold``) or
+    negative cache, in generation order. After the round a prompt exits when
+    - balanced: #pos >= n//2 and #neg >= n - n//2;
+    - positive_focused: #pos >= 1;
+    and is downsampled to n = ``final_keep`` (``seq_keep_counts``). Prompts still active after
+    ``max_rounds`` fall back to what they have (``seq_keep_counts(finished=False)``).
+
+    The returned group per prompt (uid = problem uid) holds the kept samples, positives first
+    then negatives (each in generation order), with their real rewards. Every other generated
+    sample is moved to meter purpose ``"discarded"``.
+
+    Advantages with global statistics (``global_stat_est``, default): mean/std come from ALL
+    the prompt's generated samples as 0/1 (``global_stats``), not from the kept ones, so the
+    trainer's per-group estimator cannot reproduce them. They are put in
+    ``Group.meta["advantages"]`` (one float per kept sample, in order):
+    A_i = (r_i - mean) / (std + eps) if ``norm_adv_by_std`` else r_i - mean (verl adds eps to
+    the already clamped std). The trainer must use ``meta["advantages"]`` when present instead of
+    its own estimator. With ``global_stat_est=False`` no advantages are set and the trainer's
+    estimator runs on the kept samples (verl's local statistics).
+
+    The paper's extra 1/p_hat factor is not applied (the released code does not).
+
+    Budget: the number generated varies (M*B in round 0, at most max_rounds*M*B);
+    ``rollouts_per_step(B)`` is the minimum (round 0 only) and ``last_stats["rollouts"]`` is
+    what the last step generated (as DAPO). Stateless across steps.
+    """
+    name = "reinforce_ada_seq"
+    Config = ReinforceAdaSeqConfig
+
+    def __init__(self, config: ReinforceAdaSeqConfig):
+        self.config = config
+        self.last_stats: dict[str, float] = {}
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        pass
+
+    def _exits(self, n_pos: int, n_neg: int) -> bool:
+        c, n = self.config, self.config.final_keep
+        if c.choice == "balanced":
+            return n_pos >= n // 2 and n_neg >= n - n // 2
+        return n_pos >= 1
+
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+        c = self.config
+        items = []
+        for p in batch:
+            ids = ctx.encode_prompt(p)
+            items.append((p, ids, "", len(ids), p.uid))
+        merged: list[Group | None] = [None] * len(batch)
+        pos: list[list[int]] = [[] for _ in batch]      # indices into merged[i]'s samples
+        neg: list[list[int]] = [[] for _ in batch]
+        finished = [False] * len(batch)
+        rounds_of = [0] * len(batch)
+        active = list(range(len(batch)))
+        rounds = rollouts = 0
+        for t in range(c.max_rounds):
+            if not active:
+                break
+            groups = ctx.sample_groups([items[i] for i in active], c.round_repeat, seed_offset=t)
+            rounds += 1
+            for i, g in zip(active, groups):
+                rollouts += g.n
+                rounds_of[i] = t + 1
+                m = merged[i]
+                if m is None:
+                    g.meta["round_of_sample"] = [t] * g.n
+                    merged[i] = m = g
+                    start = 0
+                else:
+                    start = m.n
+                    m.responses += g.responses
+                    m.texts += g.texts
+                    m.rewards += g.rewards
+                    m.reasons += g.reasons
+                    m.finish_reasons += g.finish_reasons
+                    m.meta["round_of_sample"] += [t] * g.n
+                for j in range(start, m.n):
+                    (pos[i] if m.rewards[j] > c.positive_threshold else neg[i]).append(j)
+                if self._exits(len(pos[i]), len(neg[i])):
+                    finished[i] = True
+            active = [i for i in active if not finished[i]]
+
+        out: list[Group] = []
+        keep_idx: list[list[int]] = []
+        all_groups: list[Group] = []
+        for i, m in enumerate(merged):
+            if m is None:
+                continue
+            kp, kn = seq_keep_counts(len(pos[i]), len(neg[i]), c.final_keep, c.choice, finished[i])
+            idx = pos[i][:kp] + neg[i][:kn]
+            all_groups.append(m)
+            keep_idx.append(idx)
+            if not idx:          # nothing to train on (cannot happen with M >= 1)
+                continue
+            pick = lambda xs: [xs[j] for j in idx] if len(xs) == m.n else list(xs)
+            n_pos, n_neg = len(pos[i]), len(neg[i])
+            meta = {"rounds": rounds_of[i], "finished": finished[i], "generated": m.n,
+                    "total_pos": n_pos, "total_neg": n_neg, "p_hat": n_pos / max(m.n, 1),
+                    "kept_idx": idx, "round_of_sample": pick(m.meta["round_of_sample"]),
+                    "generated_mean_reward": float(np.mean(m.rewards))}
+            rewards = pick(m.rewards)
+            if c.global_stat_est:
+                mean, std = global_stats(n_pos, n_neg, c.eps)
+                adv = [(r - mean) / (std + c.eps) if c.norm_adv_by_std else r - mean for r in rewards]
+                meta.update(global_mean=mean, global_std=std, advantages=adv)
+            out.append(Group(uid=m.uid, problem_uid=m.problem_uid, answer=m.answer, context_ids=m.context_ids,
+                             prompt_len=m.prompt_len, responses=pick(m.responses), texts=pick(m.texts),
+                             rewards=rewards, reasons=pick(m.reasons), finish_reasons=pick(m.finish_reasons),
+                             meta=meta))
+        discard(ctx, all_groups, keep_idx)
+        self.last_stats = {"gen_rounds": float(rounds), "rollouts": float(rollouts),
+                           "finished_prompts": float(sum(finished)),
+                           "fallback_prompts": float(sum(1 for i, m in enumerate(merged)
+                                                         if m is not None and not finished[i])),
+                           "kept": float(sum(g.n for g in out))}
+        return out
+
+    def observe(self, groups: list[Group]) -> None:
+        pass
+
+    def rollouts_per_step(self, batch_size: int) -> int:
+        """Rollouts of round 0 (the minimum a step generates; the maximum is max_rounds times it)."""
+        return batch_size * self.config.round_repeat
+
+    def buffer_stats(self) -> dict[str, float]:
+        return dict(self.last_stats)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

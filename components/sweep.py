@@ -15,6 +15,8 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     methods: [grpo, vsr, sft]
     stages: {prepare_data: {...}, pretrain: {...}, ..., tables: {}}
     method_config: {vsr: {rho: 0.5}}
+    benchmarks: [math500, aime24]   # also evaluate every model on these (label "<key>@<bench>")
+    heldout_eval: true              # and on the held-out split (the default)
     retries: 2
 """
 from __future__ import annotations
@@ -98,6 +100,10 @@ class Sweep(_Strict):
     method_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # per-method overrides of the train stage's params (DAPO's clip-higher, VIP's estimator, ...)
     method_train: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # evaluation targets besides/instead of the held-out split: names of
+    # components.data.benchmarks.BENCHMARKS; each model is evaluated on each (label "<key>@<bench>")
+    benchmarks: list[str] = Field(default_factory=list)
+    heldout_eval: bool = True
     retries: int = Field(default=2, ge=0, le=20)
     retry_delay_s: float = Field(default=5.0, ge=0)
 
@@ -129,6 +135,23 @@ class Sweep(_Strict):
             if m not in known:
                 raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
         return v
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _benchmarks(cls, v: list[str]) -> list[str]:
+        _no_duplicates(v, "benchmark")
+        if v:
+            from components.data.benchmarks import BENCHMARKS  # light: no torch
+            for b in v:
+                if b not in BENCHMARKS:
+                    raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(sorted(BENCHMARKS))})")
+        return v
+
+    @model_validator(mode="after")
+    def _some_eval(self) -> "Sweep":
+        if not self.heldout_eval and not self.benchmarks:
+            raise ValueError("heldout_eval: false needs at least one entry in benchmarks")
+        return self
 
     @field_validator("method_config", "method_train")
     @classmethod
@@ -163,8 +186,22 @@ class Sweep(_Strict):
         return {**self.stages.train, **self.method_train.get(method, {}), "method": method, "seed": seed,
                 "method_config": dict(self.method_config.get(method, {}))}
 
-    def evaluate_params(self, label: str) -> dict[str, Any]:
-        return {**self.stages.evaluate, "label": label}
+    def evaluate_params(self, label: str, benchmark: str | None = None) -> dict[str, Any]:
+        """stages.evaluate + label (+ ``benchmark`` when evaluating on one)."""
+        out = {**self.stages.evaluate, "label": label}
+        return {**out, "benchmark": benchmark} if benchmark is not None else out
+
+    def eval_targets(self) -> list[str | None]:
+        """What each model is evaluated on: None = the held-out split, then each benchmark."""
+        return ([None] if self.heldout_eval else []) + list(self.benchmarks)
+
+    def eval_cells(self) -> list[dict[str, Any]]:
+        """(each trained model + each base model) x eval_targets(), in DAG order:
+        ``{"key", "model", "benchmark", "label"}``; ``label`` is the key, or
+        ``"<key>@<benchmark>"`` on a benchmark. ``key`` is a grid key or ``"<model slug>-base"``."""
+        keys = [(g["key"], g["model"]) for g in self.grid()] + [(f"{slug(m)}-base", m) for m in self.models]
+        return [{"key": k, "model": m, "benchmark": b, "label": k if b is None else f"{k}@{b}"}
+                for k, m in keys for b in self.eval_targets()]
 
     def planned_params(self) -> list[tuple[str, dict[str, Any]]]:
         """Every (stage, params) the DAG will pass to run_stage, for a pre-flight check
@@ -174,8 +211,7 @@ class Sweep(_Strict):
         out += [("pretrain", self.pretrain_params(m)) for m in self.models]
         out += [("filter_hard", st.filter_hard), ("seed_prefixes", st.seed_prefixes)]
         out += [("train", self.train_params(g["method"], g["seed"])) for g in self.grid()]
-        out += [("evaluate", self.evaluate_params(g["key"])) for g in self.grid()]
-        out += [("evaluate", self.evaluate_params(f"{slug(m)}-base")) for m in self.models]
+        out += [("evaluate", self.evaluate_params(c["label"], c["benchmark"])) for c in self.eval_cells()]
         return out + [("tokens", st.tokens), ("tables", st.tables)]
 
     def grid(self) -> list[dict[str, Any]]:

@@ -114,15 +114,17 @@ def build_dag(cfg: Sweep, source: Path):
 
         @task
         def eval_plan(trains: list, models: dict) -> list[dict]:
-            """Aggregator: every trained model plus each base model, as evaluate's map."""
-            plan = [{"label": t["key"], "model": t["model"], "uri": t["uri"]} for t in _items(trains)]
-            plan += [{"label": f"{slug(m)}-base", "model": m, "uri": models[m]["uri"]} for m in cfg.models]
-            return plan
+            """Aggregator: (every trained model + each base model) x (the held-out split
+            when ``heldout_eval`` + each of ``benchmarks``), as evaluate's map."""
+            uris = {t["key"]: t["uri"] for t in _items(trains)}
+            uris.update({f"{slug(m)}-base": models[m]["uri"] for m in cfg.models})
+            return [{"label": c["label"], "model": c["model"], "benchmark": c["benchmark"], "uri": uris[c["key"]]}
+                    for c in cfg.eval_cells() if c["key"] in uris]
 
         @task(map_index_template="{{ rlvr_key }}")
         def evaluate(spec: dict, parent: str, hard: dict) -> dict:
             get_current_context()["rlvr_key"] = spec["label"]
-            res = _stage("evaluate", cfg.evaluate_params(spec["label"]),
+            res = _stage("evaluate", cfg.evaluate_params(spec["label"], spec.get("benchmark")),
                          {"model": spec["uri"], "hard": hard[spec["model"]]["uri"]}, name, parent)
             return {**res, "label": spec["label"]}
 

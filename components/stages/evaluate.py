@@ -3,7 +3,9 @@
 The VSR paper's protocol by default: 16 samples per prompt over 2 seeds (``samples_per_seed``
 x ``seeds``) at temperature 0.7; reports mean@k (mean accuracy, also per seed so the
 tables can show the spread), unbiased pass@k for each ``pass_ks`` (Chen et al. 2021),
-and maj@k (majority vote over extracted answers). The model input is either the base
+and maj@k (majority vote over extracted answers). With ``benchmark`` set, the problems are
+that benchmark's (``components.data.benchmarks.load_benchmark``) instead of the ``hard``
+input's split; real models use ``prompt_template="chat"``. The model input is either the base
 policy (``pretrain``) or a ``train`` output; ``label`` names the row in the tables.
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_serializer
 
 from components.stages.base import StageContext, StageParams
 
@@ -33,6 +35,27 @@ class Params(StageParams):
     prompt_template: Literal["raw", "chat"] = "raw"
     grading_timeout_s: float = Field(5.0, gt=0)
     threads: int | None = None
+    # A benchmark of components.data.benchmarks.BENCHMARKS (aime24, math500, ...): problems come
+    # from load_benchmark(benchmark) instead of the ``hard`` input's ``split`` (the input stays
+    # wired by the DAG, unused then). None = the held-out split, as before.
+    benchmark: str | None = None
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, v: str | None) -> str | None:
+        from components.data.benchmarks import BENCHMARKS
+        if v is not None and v not in BENCHMARKS:
+            raise ValueError(f"unknown benchmark {v!r} (known: {', '.join(sorted(BENCHMARKS))})")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # Fields added after VERSION 1 are left out of the dump while unset, so the cache
+        # key (sha256 of the dumped params) of every existing evaluate run stays valid.
+        d = handler(self)
+        if isinstance(d, dict) and d.get("benchmark") is None:
+            d.pop("benchmark", None)
+        return d
 
 
 def run(params: Params, ctx: StageContext) -> dict:
@@ -49,9 +72,15 @@ def run(params: Params, ctx: StageContext) -> dict:
     model_dir = ctx.input("model")
     model, tok = load_model(model_dir)
     train_summary = json.loads((model_dir / "summary.json").read_text()) if (model_dir / "summary.json").is_file() else {}
-    problems = read_problems(ctx.input("hard") / f"{params.split}.jsonl")[: params.max_problems]
-    if not problems:
-        raise ValueError(f"evaluate: {ctx.input('hard')}/{params.split}.jsonl has no problems")
+    if params.benchmark is not None:
+        from components.data.benchmarks import load_benchmark
+        problems = list(load_benchmark(params.benchmark))[: params.max_problems]
+        if not problems:
+            raise ValueError(f"evaluate: benchmark {params.benchmark!r} has no problems")
+    else:
+        problems = read_problems(ctx.input("hard") / f"{params.split}.jsonl")[: params.max_problems]
+        if not problems:
+            raise ValueError(f"evaluate: {ctx.input('hard')}/{params.split}.jsonl has no problems")
     meter = TokenMeter(stage="evaluate", label=params.label)
     engine, grade = make_engine(model, tok, meter), grade_fn(params.grading_timeout_s)
     correct = {p.uid: [] for p in problems}
@@ -82,7 +111,8 @@ def run(params: Params, ctx: StageContext) -> dict:
     res = {
         "label": params.label, "method": train_summary.get("method", "base"),
         "train_seed": train_summary.get("seed"), "train_steps": train_summary.get("steps"),
-        "split": params.split, "problems": len(problems), "samples_per_problem": n,
+        "split": params.split if params.benchmark is None else None, "benchmark": params.benchmark,
+        "problems": len(problems), "samples_per_problem": n,
         "mean_at_k": float(np.mean([np.mean(v) for v in correct.values()])),
         "mean_at_k_by_seed": per_seed,
         "pass_at_k": {str(k): float(np.mean([pass_at_k(n, sum(v), k) for v in correct.values()]))

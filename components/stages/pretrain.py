@@ -1,11 +1,15 @@
 """pretrain: the tiny base policy (a Qwen2ForCausalLM) trained from scratch on the
 expert traces of easy problems, so that it solves short chains often and long ones
 rarely — the hard-prompt regime of the VSR paper. Ends by measuring the base pass
-rate per level (``base_rates.json``). With ``init: <model dir or HF id>`` the stage
-instead copies/loads an existing model (real-model sweeps skip pretraining)."""
+rate per level (``base_rates.json``).
+
+``model: <HF id or path>`` (what a sweep passes for a model without a ``model_specs``
+entry, e.g. ``Qwen/Qwen2.5-7B-Instruct``) names a pretrained base policy instead. The
+embedded pipeline cannot run one yet (its stages load only the tiny tokenizer), so such a
+run stops with a clear error; the field exists so that paper-scale sweep files validate."""
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from components.stages.base import StageContext, StageParams
 
@@ -32,9 +36,23 @@ class Params(StageParams):
     seed: int = 0
     threads: int | None = None
     max_new_tokens: int = Field(96, ge=1)
+    model: str | None = Field(None, description="pretrained base policy (HF id or path); not runnable here yet")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # left out while unset: the cache key of every existing pretrain run stays valid
+        d = handler(self)
+        if isinstance(d, dict) and d.get("model") is None:
+            d.pop("model", None)
+        return d
 
 
 def run(params: Params, ctx: StageContext) -> dict:
+    if params.model is not None:
+        raise NotImplementedError(
+            f"pretrain: model={params.model!r}: a pretrained HF base policy cannot run in the embedded "
+            "pipeline yet (components.policy.load_tokenizer accepts only the tiny tokenizer, and the "
+            "verl backend is not wired to the stages); only the tiny from-scratch policy runs here")
     import numpy as np
 
     from components.data.schema import read_problems

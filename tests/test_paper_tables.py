@@ -1,0 +1,128 @@
+"""analysis/paper.py: the papers' numbers match the seed texts, and side_by_side's arithmetic."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import paper as P
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+
+
+def seed_text(name: str) -> str:
+    f = SEEDS / name
+    if not f.is_file():
+        pytest.skip(f"seed text {f} not present")
+    return f.read_text(encoding="utf-8")
+
+
+def vals(rows, **match):
+    return [r["value"] for r in rows if all(r[k] == v for k, v in match.items())]
+
+
+def test_vsr_table1_matches_seed():
+    text = seed_text(P.VSR_SEED)
+    # "4.4/1.0/18.7/12.6/39.2/16.5/15.4 for GRPO, ... for static uniform ..., ... for VSR"
+    found = re.findall(r"((?:\d+\.\d/){6}\d+\.\d) for (GRPO|static uniform expert-prefix resets|VSR)", text)
+    assert len(found) == 3
+    by = {"GRPO": "grpo", "static uniform expert-prefix resets": "static_prefix", "VSR": "vsr"}
+    for nums, who in found:
+        expect = [float(x) for x in nums.split("/")]
+        got = [vals(P.VSR_TABLE1, method=by[who], benchmark=b)[0] for b in P.VSR_BENCHMARKS + ["avg"]]
+        assert got == expect, who
+    m = re.search(r"its benchmark results are ((?:\d+\.\d/){5}\d+\.\d) \(Avg\. (\d+\.\d)\)", text)
+    expect = [float(x) for x in m.group(1).split("/")] + [float(m.group(2))]
+    assert [vals(P.VSR_TABLE1, method="reinforce_ada_est", benchmark=b)[0]
+            for b in P.VSR_BENCHMARKS + ["avg"]] == expect
+    # the averages quoted in Section 5
+    for v in ("15.4", "17.1", "19.1", "15.0"):
+        assert v in text
+    assert vals(P.VSR_TABLE1, method="grpo", benchmark="avg") == [15.4]
+    assert vals(P.VSR_TABLE1, method="static_prefix", benchmark="avg") == [17.1]
+    assert vals(P.VSR_TABLE1, method="vsr", benchmark="avg") == [19.1]
+    # the paper's Avg is the rounded mean of its six columns
+    for meth in ("grpo", "static_prefix", "vsr", "reinforce_ada_est"):
+        six = [vals(P.VSR_TABLE1, method=meth, benchmark=b)[0] for b in P.VSR_BENCHMARKS]
+        assert abs(sum(six) / 6 - vals(P.VSR_TABLE1, method=meth, benchmark="avg")[0]) <= 0.05 + 1e-9
+
+
+def test_vsr_tokens_match_seed():
+    text = seed_text(P.VSR_SEED)
+    m = re.search(r"generates (\d+\.\d+)M tokens over (\d+) matched updates compared with (\d+\.\d+)M for GiGPO; "
+                  r"Qwen2\.5-3B generates (\d+\.\d+)M versus (\d+\.\d+)M over (\d+) matched updates", text)
+    assert m, "token accounting sentence not found"
+    got = {(r["model"], r["method"]): (r["value"], r["updates"]) for r in P.VSR_TOKENS}
+    assert got[("Qwen/Qwen2.5-1.5B-Instruct", "vsr_gigpo")] == (float(m.group(1)) * 1e6, int(m.group(2)))
+    assert got[("Qwen/Qwen2.5-1.5B-Instruct", "gigpo")] == (float(m.group(3)) * 1e6, int(m.group(2)))
+    assert got[("Qwen/Qwen2.5-3B-Instruct", "vsr_gigpo")] == (float(m.group(4)) * 1e6, int(m.group(6)))
+    assert got[("Qwen/Qwen2.5-3B-Instruct", "gigpo")] == (float(m.group(5)) * 1e6, int(m.group(6)))
+    assert "39.27M" in text and got[("Qwen/Qwen2.5-1.5B-Instruct", "vsr_gigpo")][0] == 39.27e6
+
+
+def test_vigor_table1_matches_seed():
+    text = seed_text(P.VIGOR_SEED)
+    block = text[text.index("Method\tMath500\tAIME24"):text.index("5.1 Setup")]
+    model = None
+    n = 0
+    for line in block.splitlines()[1:]:
+        cells = line.strip().split("\t")
+        if len(cells) == 1 and cells[0]:
+            model = P.VIGOR_MODELS[cells[0]]
+        elif len(cells) == 8:
+            method = P.VIGOR_METHODS[cells[0]]
+            got = [vals(P.VIGOR_TABLE1, model=model, method=method, benchmark=b)[0]
+                   for b in P.VIGOR_BENCHMARKS + ["avg"]]
+            assert got == [float(x) for x in cells[1:]], (model, method)
+            n += 1
+    assert n == 20 and len(P.VIGOR_TABLE1) == 20 * 7
+
+
+def test_vip_reference_in_seed():
+    text = seed_text(P.VIP_SEED)
+    assert "+12.3" in text and "+6.3" in text
+    for r in P.VIP_REFERENCE:
+        v = r["value"]
+        assert (f"{v:g}" in text) or (f"{v:.1f}" in text), r
+
+
+def test_side_by_side_delta():
+    measured = pd.DataFrame([
+        {"model": "llama-3.2-3b-instruct", "method": "vsr", "benchmark": "avg", "measured": 20.0},
+        {"model": "meta-llama/Llama-3.2-3B-Instruct", "method": "grpo", "benchmark": "math500", "measured": 40.0},
+        {"model": "tiny", "method": "vsr", "benchmark": "avg", "measured": 1.0},  # not in the paper
+    ])
+    df = P.side_by_side(P.VSR_TABLE1, measured)
+    assert len(df) == len(P.VSR_TABLE1)
+    row = df[(df.method == "vsr") & (df.benchmark == "avg")].iloc[0]
+    assert row.paper_value == 19.1 and row.measured == 20.0 and row.delta == pytest.approx(0.9)
+    row = df[(df.method == "grpo") & (df.benchmark == "math500")].iloc[0]
+    assert row.delta == pytest.approx(40.0 - 39.2)
+    assert df.delta.notna().sum() == 2 and math.isnan(df[(df.method == "vsr") & (df.benchmark == "aime24")].delta.iloc[0])
+    outer = P.side_by_side(P.VSR_TABLE1, measured.rename(columns={"measured": "value"}), how="outer")
+    assert len(outer) == len(P.VSR_TABLE1) + 1 and "tiny" in set(outer.model)
+    w = P.wide(df, "paper_value")
+    assert list(w.columns)[-1] == "avg" and len(w) == 4
+
+
+def test_measured_from_results_and_writers(tmp_path):
+    results = [
+        {"label": "llama-3.2-3b-instruct-vsr-s0@math500", "method": "vsr", "benchmark": "math500", "mean_at_k": 0.5},
+        {"label": "llama-3.2-3b-instruct-vsr-s1@math500", "method": "vsr", "benchmark": "math500", "mean_at_k": 0.6},
+        {"label": "llama-3.2-3b-instruct-vsr-s0@aime24", "method": "vsr", "benchmark": "aime24", "mean_at_k": 0.1},
+        {"label": "llama-3.2-3b-instruct-vsr-s0", "method": "vsr", "split": "heldout", "mean_at_k": 0.9},
+    ]
+    m = P.measured_from_results(results)
+    got = {(r.model, r.benchmark): r.measured for r in m.itertuples()}
+    assert got[("llama-3.2-3b-instruct", "math500")] == pytest.approx(55.0)
+    assert got[("llama-3.2-3b-instruct", "avg")] == pytest.approx((55.0 + 10.0) / 2)
+    df = P.side_by_side(P.VSR_TABLE1, m)
+    assert df[(df.method == "vsr") & (df.benchmark == "math500")].delta.iloc[0] == pytest.approx(55.0 - 54.0)
+    files = P.write_all(df, tmp_path)
+    assert "| paper" in files["md"].read_text() and "19.1" in files["md"].read_text()
+    assert pd.read_csv(files["csv"]).shape == df.shape
+    tex = files["tex"].read_text()
+    assert "\\begin{tabular}" in tex and "static\\_prefix" in tex and "\\toprule" in tex

@@ -15,13 +15,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 
 class StageParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Fields added after a stage's VERSION was published. While at their default they are
+    # left out of the dump -- and so of the cache key -- so every existing cache stays valid.
+    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        d = handler(self)
+        if isinstance(d, dict):
+            for k in self.ADDED_FIELDS:
+                if k in d and getattr(self, k) == type(self).model_fields[k].default:
+                    d.pop(k)
+        return d
 
 
 class Tracker(Protocol):

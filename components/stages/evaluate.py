@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import Field, field_validator, model_serializer
+from pydantic import Field, field_validator
 
 from components.stages.base import StageContext, StageParams
 
@@ -23,6 +23,7 @@ INPUTS = ("model", "hard")
 
 
 class Params(StageParams):
+    ADDED_FIELDS = ("benchmark",)
     label: str = "base"
     split: Literal["heldout", "train"] = "heldout"
     samples_per_seed: int = Field(8, ge=1)
@@ -47,15 +48,6 @@ class Params(StageParams):
         if v is not None and v not in BENCHMARKS:
             raise ValueError(f"unknown benchmark {v!r} (known: {', '.join(sorted(BENCHMARKS))})")
         return v
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        # Fields added after VERSION 1 are left out of the dump while unset, so the cache
-        # key (sha256 of the dumped params) of every existing evaluate run stays valid.
-        d = handler(self)
-        if isinstance(d, dict) and d.get("benchmark") is None:
-            d.pop("benchmark", None)
-        return d
 
 
 def run(params: Params, ctx: StageContext) -> dict:

@@ -9,7 +9,7 @@ embedded pipeline cannot run one yet (its stages load only the tiny tokenizer), 
 run stops with a clear error; the field exists so that paper-scale sweep files validate."""
 from __future__ import annotations
 
-from pydantic import Field, model_serializer
+from pydantic import Field
 
 from components.stages.base import StageContext, StageParams
 
@@ -28,6 +28,7 @@ class PolicyParams(StageParams):
 
 
 class Params(StageParams):
+    ADDED_FIELDS = ("model",)
     policy: PolicyParams = PolicyParams()
     steps: int = Field(300, ge=1)
     batch_size: int = Field(128, ge=1)
@@ -37,14 +38,6 @@ class Params(StageParams):
     threads: int | None = None
     max_new_tokens: int = Field(96, ge=1)
     model: str | None = Field(None, description="pretrained base policy (HF id or path); not runnable here yet")
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        # left out while unset: the cache key of every existing pretrain run stays valid
-        d = handler(self)
-        if isinstance(d, dict) and d.get("model") is None:
-            d.pop("model", None)
-        return d
 
 
 def run(params: Params, ctx: StageContext) -> dict:

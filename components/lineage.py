@@ -387,6 +387,10 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -
     run_id = c.create_run(exp_id, tags=tags, run_name=tags["mlflow.runName"]).info.run_id
     tracker = MlflowTracker(run_id)
     final = artifact_dir(name, key)
+    # a killed attempt (kill -9, OOM) leaves its temporary dir behind; we hold the key's
+    # lock, so no other process is writing one: clear them before starting afresh
+    for stale in final.parent.glob(f"{final.name}.tmp-*") if final.parent.is_dir() else ():
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex}")
     try:
         tracker.log_params(pdict)

@@ -186,3 +186,15 @@ def test_concurrent_same_key_computes_once(home, monkeypatch):
     assert not errors
     assert sorted(r["cached"] for r in results) == [False, True]
     assert _calls(home) == ["prepare_data"] and len(_runs()) == 1
+
+
+def test_killed_attempt_leftovers_are_cleared_and_never_used(home):
+    """kill -9 mid-write leaves '<key>.tmp-*' behind: never a cache hit, removed by the next attempt."""
+    data = run_stage("prepare_data", {}, {})
+    final = Path(data["uri"])
+    dead = final.with_name(final.name + ".tmp-deadbeef")
+    final.rename(dead)                       # as if the process died before the atomic rename
+    again = run_stage("prepare_data", {}, {})
+    assert again["cached"] is False and Path(again["uri"]) == final
+    assert lineage.verify_manifest(final)
+    assert [p.name for p in final.parent.iterdir()] == [final.name]

@@ -27,7 +27,9 @@ def training_curves(runs: list[tuple[dict[str, Any], list[dict[str, float]]]], p
                 ax.plot(xs, ys, color=color, alpha=0.85, label=f"{m} s{summary['seed']}")
             ax.set_title(title)
             ax.set_xlabel("update")
-    axes[0].legend(fontsize=7)
+    # one legend entry per method, also for methods without a line in the first panel (SFT)
+    from matplotlib.lines import Line2D
+    axes[0].legend(handles=[Line2D([0], [0], color=c, label=m) for m, c in colors.items()], fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -19,6 +19,7 @@ from components.data.schema import DataError, Problem, read_problems, write_prob
 
 ROOT = benchmark_root()
 MANIFEST = list(csv.DictReader((ROOT / "MANIFEST.tsv").open(), delimiter="\t"))
+REPO = Path(__file__).resolve().parents[1]
 SHARED = Path("/work/shared/data")  # the staged originals (present on the dev machine only)
 
 
@@ -154,8 +155,15 @@ def test_answer_text_helpers():
 
 
 # ------------------------------------------------------------------ MATH and DAPO on the staged files
-@pytest.mark.skipif(not SHARED.is_dir(), reason="staged datasets not on this machine")
 def test_math_and_dapo_on_staged_files():
+    if not SHARED.is_dir():
+        # the full MATH / DAPO files are staged beside the project, not shipped: check the
+        # MATH loader on the shipped MATH500 file (same schema: problem, solution, answer,
+        # level, subject, unique_id) instead
+        m = load_math(REPO / "data" / "benchmarks" / "math500" / "test.jsonl")
+        assert len(m) == m.report.rows == 500 and m.report.skipped == 0
+        assert {p.level for p in m} <= {1, 2, 3, 4, 5} and all(p.traces for p in m)
+        return
     path = SHARED / "math_train" / "MATH_train12k_prm800k_style.jsonl"
     with pytest.raises(DataError, match=r"MATH_train12k_prm800k_style\.jsonl:\d+: field 'answer' is empty"):
         load_math(path)  # two upstream rows end in "\boxed{}" (train/number_theory/7115, 7117)

@@ -108,6 +108,22 @@ class RolloutContext:
         return groups
 
 
+class Stateless:
+    """Protocol defaults for a method that keeps nothing between steps."""
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        pass
+
+    def observe(self, groups: list[Group]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
 class Method(Protocol):
     name: str
     config: MethodConfig

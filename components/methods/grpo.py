@@ -6,28 +6,25 @@ which for GRPO is uniform.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 
 
 class GRPOConfig(MethodConfig):
     n: int = Field(8, ge=1, description="samples per prompt")
 
 
-class GRPO:
+class GRPO(Stateless):
     name = "grpo"
     Config = GRPOConfig
 
     def __init__(self, config: GRPOConfig):
         self.config = config
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def fresh_items(self, batch: Sequence[Problem], ctx: RolloutContext):
         out = []
@@ -39,14 +36,5 @@ class GRPO:
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         return ctx.sample_groups(self.fresh_items(batch, ctx), self.config.n)
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -20,13 +20,13 @@ The ``n - m`` dropped samples per prompt are moved to meter purpose ``"discarded
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 from components.methods.dapo import discard
 
 
@@ -58,15 +58,12 @@ class PODSConfig(MethodConfig):
         return self
 
 
-class PODS:
+class PODS(Stateless):
     name = "pods"
     Config = PODSConfig
 
     def __init__(self, config: PODSConfig):
         self.config = config
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         items = []
@@ -87,14 +84,5 @@ class PODS:
                                    "generated_mean_reward": float(np.mean(g.rewards))}))
         return out
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -11,14 +11,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 
 
 class SFTConfig(MethodConfig):
     pass
 
 
-class SFT:
+class SFT(Stateless):
     name = "sft"
     Config = SFTConfig
 
@@ -51,14 +51,5 @@ class SFT:
                                 reasons=["expert"], finish_reasons=["stop"], supervised=True))
         return groups
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         return 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

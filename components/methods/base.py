@@ -72,6 +72,14 @@ class RolloutContext:
     sampling: SamplingParams
     step: int = 0
 
+    def prompt_items(self, problems: Sequence[Problem]) -> list[tuple]:
+        """Items for ``sample_groups`` that start from the original prompts (no replayed prefix)."""
+        out = []
+        for p in problems:
+            ids = self.encode_prompt(p)
+            out.append((p, ids, "", len(ids), p.uid))
+        return out
+
     def sample_groups(self, items: Sequence[tuple[Problem, tuple[int, ...], str, int, str]],
                       n: int | Sequence[int], purpose: str = "train_rollout",
                       seed_offset: int = 0) -> list[Group]:

@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 
 
 def overlong_penalty(length: int, max_len: int, buffer_len: int, factor: float = 1.0) -> float:
@@ -86,7 +86,7 @@ def discard(ctx: RolloutContext, groups: Sequence[Group], keep_idx: Sequence[Seq
         ctx.engine.meter.reclassify("discarded", tokens, seqs)
 
 
-class DAPO:
+class DAPO(Stateless):
     name = "dapo"
     Config = DAPOConfig
 
@@ -97,13 +97,6 @@ class DAPO:
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.problems = list(problems)
-
-    def _items(self, probs: Sequence[Problem], ctx: RolloutContext):
-        out = []
-        for p in probs:
-            ids = ctx.encode_prompt(p)
-            out.append((p, ids, "", len(ids), p.uid))
-        return out
 
     def _draw(self, k: int, used: set[str], rng: np.random.Generator) -> list[Problem]:
         pool = [p for p in self.problems if p.uid not in used]
@@ -122,7 +115,7 @@ class DAPO:
         rounds = rollouts = 0
         while probs:
             used |= {p.uid for p in probs}
-            groups = ctx.sample_groups(self._items(probs, ctx), c.n, seed_offset=rounds)
+            groups = ctx.sample_groups(ctx.prompt_items(probs), c.n, seed_offset=rounds)
             rounds += 1
             rollouts += sum(g.n for g in groups)
             for g in groups:
@@ -152,18 +145,9 @@ class DAPO:
                 g.rewards = [r + p for r, p in zip(g.rewards, pen)]
                 g.meta["overlong_penalty"] = pen
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         """Rollouts of one generation round (the minimum a step generates)."""
         return math.ceil(self.config.gen_batch_multiplier * batch_size - 1e-9) * self.config.n
 
     def buffer_stats(self) -> dict[str, float]:
         return dict(self.last_stats)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -152,10 +152,7 @@ class GRESO:
         self.epoch = (ctx.step * len(batch)) // max(len(self.pool), 1)
         chosen, stats = self.select(batch, rng)
         self.last = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
-        items = []
-        for p in chosen:
-            ids = ctx.encode_prompt(p)
-            items.append((p, ids, "", len(ids), p.uid))
+        items = ctx.prompt_items(chosen)
         return ctx.sample_groups(items, self.config.n)
 
     def _adapt(self, p: float, ratio: float, target: float) -> float:

@@ -26,15 +26,8 @@ class GRPO(Stateless):
     def __init__(self, config: GRPOConfig):
         self.config = config
 
-    def fresh_items(self, batch: Sequence[Problem], ctx: RolloutContext):
-        out = []
-        for p in batch:
-            ids = ctx.encode_prompt(p)
-            out.append((p, ids, "", len(ids), p.uid))
-        return out
-
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
-        return ctx.sample_groups(self.fresh_items(batch, ctx), self.config.n)
+        return ctx.sample_groups(ctx.prompt_items(batch), self.config.n)
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n

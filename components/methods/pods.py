@@ -66,10 +66,7 @@ class PODS(Stateless):
         self.config = config
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
-        items = []
-        for p in batch:
-            ids = ctx.encode_prompt(p)
-            items.append((p, ids, "", len(ids), p.uid))
+        items = ctx.prompt_items(batch)
         groups = ctx.sample_groups(items, self.config.n)
         keep = [max_variance_subset(g.rewards, self.config.m) for g in groups]
         discard(ctx, groups, keep)

@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 from components.methods.dapo import discard
 
 
@@ -221,7 +221,7 @@ class ReinforceAdaSeqConfig(MethodConfig):
     eps: float = Field(1e-6, gt=0.0)
 
 
-class ReinforceAdaSeq:
+class ReinforceAdaSeq(Stateless):
     """Reinforce-Ada-Seq (METHODS.md section 5a), after the authors' verl code
     (``RayPPOTrainer._generate_multi_round_adaptive_downsampling`` and
     ``compute_grpo_outcome_advantage`` with ``global_stat_est``).
@@ -272,10 +272,7 @@ class ReinforceAdaSeq:
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         c = self.config
-        items = []
-        for p in batch:
-            ids = ctx.encode_prompt(p)
-            items.append((p, ids, "", len(ids), p.uid))
+        items = ctx.prompt_items(batch)
         merged: list[Group | None] = [None] * len(batch)
         pos: list[list[int]] = [[] for _ in batch]      # indices into merged[i]'s samples
         neg: list[list[int]] = [[] for _ in batch]
@@ -345,18 +342,9 @@ class ReinforceAdaSeq:
                            "kept": float(sum(g.n for g in out))}
         return out
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         """Rollouts of round 0 (the minimum a step generates; the maximum is max_rounds times it)."""
         return batch_size * self.config.round_repeat
 
     def buffer_stats(self) -> dict[str, float]:
         return dict(self.last_stats)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

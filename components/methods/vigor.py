@@ -87,10 +87,7 @@ class VIGOR:
         return out
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
-        items = []
-        for p in batch:
-            ids = ctx.encode_prompt(p)
-            items.append((p, ids, "", len(ids), p.uid))
+        items = ctx.prompt_items(batch)
         merged: list[Group] = []
         active = list(range(len(batch)))
         for t, (a, per) in enumerate(self.schedule(len(batch))):

@@ -136,10 +136,7 @@ class VSR:
         k = int(round(self.config.rho * len(batch)))
         replays = self.select_replays(k, rng) if k > 0 else []
         fresh = list(batch)[: len(batch) - len(replays)]
-        items = []
-        for p in fresh:
-            ids = ctx.encode_prompt(p)
-            items.append((p, ids, "", len(ids), p.uid))
+        items = ctx.prompt_items(fresh)
         for uid, cut, _ in replays:
             prob = self.problems[uid]
             prompt_ids = ctx.encode_prompt(prob)

@@ -85,7 +85,7 @@ class EmbeddedTrainer:
         if not problems:
             return float("nan")
         ctx = self.rollout_ctx(0, 7_919 + self.cfg.seed)   # same validation samples seed every time
-        items = [(p, self.encode(p), "", len(self.encode(p)), p.uid) for p in problems]
+        items = ctx.prompt_items(problems)
         with self.meter.tagged(step=step):
             groups = ctx.sample_groups(items, self.cfg.val_samples, purpose="validation")
         return float(np.mean([r for g in groups for r in g.rewards]))

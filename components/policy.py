@@ -148,11 +148,15 @@ def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path
     return path
 
 
-def load_policy(path: str | Path, device: str = "cpu") -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+def load_policy(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) from a directory of HF files: the tiny policy or any pretrained
+    causal LM (its tokenizer through ``AutoTokenizer``, see components.hf_models)."""
+    from components.hf_models import load_tokenizer_any
+
     quiet_hf()
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
     model.eval()
-    return model, load_tokenizer(path)
+    return model, load_tokenizer_any(path)
 
 
 # --------------------------------------------------------------------------- pretraining

@@ -40,6 +40,9 @@ class HFEngine:
         # copies the cache once, about what DynamicCache's per-step torch.cat costs anyway.
         self.compact_fraction = float(compact_fraction)
         self.eos_id = int(tokenizer.eos_token_id)
+        # chat models end a turn on more than one id (generation_config.eos_token_id)
+        from components.hf_models import stop_token_ids
+        self.stop_ids = torch.tensor(stop_token_ids(model, tokenizer), dtype=torch.long)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
 
     # ------------------------------------------------------------------ public
@@ -108,6 +111,7 @@ class HFEngine:
              gen: torch.Generator, device: torch.device) -> list[list[Completion]]:
         """Sample ``ns[i]`` continuations of ``contexts[i]`` in one batch."""
         model, max_new = self.model, params.max_new_tokens
+        stop_ids = self.stop_ids.to(device)
         if max_new == 0:
             return [[Completion((), "", "length") for _ in range(k)] for k in ns]
 
@@ -141,7 +145,7 @@ class HFEngine:
         for t in range(max_new):
             tok = _sample(logits, params, gen)
             tokens[seq, t] = tok
-            hit = live & (tok == self.eos_id)
+            hit = live & torch.isin(tok, stop_ids)
             if bool(hit.any()):
                 lengths[seq[hit]] = t + 1
                 stopped[seq[hit]] = True

@@ -17,13 +17,12 @@ def set_threads(n: int | None) -> None:
 
 
 def load_model(model_dir: Path):
-    """(model, tokenizer) from a stage artifact: ``<dir>/model`` or the dir itself."""
+    """(model, tokenizer) from a stage artifact: ``<dir>/model``, the directory a
+    ``model_ref.json`` points to (a pretrained base policy), or the dir itself."""
+    from components.hf_models import model_dir_of
     from components.policy import load_policy
 
-    d = model_dir / "model" if (model_dir / "model").is_dir() else model_dir
-    if not (d / "config.json").is_file():
-        raise DataError(f"{d}: no model here (config.json missing)")
-    return load_policy(d)
+    return load_policy(model_dir_of(model_dir))
 
 
 def make_engine(model, tokenizer, meter):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from components.stages.base import StageContext, StageParams
 
@@ -22,8 +22,20 @@ VERSION = 1
 INPUTS = ("model", "hard")
 
 
+# The papers' evaluation protocols. ``protocol: <name>`` fills these fields unless the sweep
+# sets them explicitly (an explicit value wins and is what the cache key records).
+PROTOCOLS: dict[str, dict] = {
+    # VSR §5: 16 samples over 2 seeds at temperature 0.7, mean accuracy (top-p not stated)
+    "vsr": {"samples_per_seed": 8, "seeds": [0, 1], "temperature": 0.7, "top_p": 1.0, "pass_ks": [1, 16]},
+    # VIGOR, validation: one sample per prompt, top-p 0.7, temperature 1.0
+    "vigor": {"samples_per_seed": 1, "seeds": [0], "temperature": 1.0, "top_p": 0.7, "pass_ks": [1]},
+    # VIP: Pass@32 / Mean@32 / Maj@32 (temperature and top-p not stated: 1.0 / 1.0 are ours)
+    "vip": {"samples_per_seed": 32, "seeds": [0], "temperature": 1.0, "top_p": 1.0, "pass_ks": [1, 32]},
+}
+
+
 class Params(StageParams):
-    ADDED_FIELDS = ("benchmark",)
+    ADDED_FIELDS = ("benchmark", "protocol")
     label: str = "base"
     split: Literal["heldout", "train"] = "heldout"
     samples_per_seed: int = Field(8, ge=1)
@@ -40,6 +52,14 @@ class Params(StageParams):
     # from load_benchmark(benchmark) instead of the ``hard`` input's ``split`` (the input stays
     # wired by the DAG, unused then). None = the held-out split, as before.
     benchmark: str | None = None
+    protocol: Literal["vsr", "vigor", "vip"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_protocol(cls, data):
+        if isinstance(data, dict) and data.get("protocol") in PROTOCOLS:
+            data = {**PROTOCOLS[data["protocol"]], **data}
+        return data
 
     @field_validator("benchmark")
     @classmethod

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from components.stages.base import StageContext, StageParams
@@ -23,6 +25,7 @@ INPUTS = ("data", "model")
 
 
 class Params(StageParams):
+    ADDED_FIELDS = ("prompt_template",)
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -34,6 +37,9 @@ class Params(StageParams):
     requests_per_call: int = Field(128, ge=1)
     seed: int = 0
     threads: int | None = None
+    # "chat" for an instruction-tuned base policy (the papers' Qwen/Llama models): the same
+    # rendering the train and evaluate stages use, so "hard" means hard in that format
+    prompt_template: Literal["raw", "chat"] = "raw"
 
     @model_validator(mode="after")
     def _c_below_k(self):
@@ -44,6 +50,7 @@ class Params(StageParams):
 
 def filter_pool(problems, engine, grade, tok, params: Params, seed: int):
     """-> list of (problem, successes, samples drawn) for every prompt, early-stopped."""
+    from components.data.prompting import encode_prompt
     from components.engine.base import Request, SamplingParams
 
     succ = {p.uid: 0 for p in problems}
@@ -54,7 +61,7 @@ def filter_pool(problems, engine, grade, tok, params: Params, seed: int):
         n = min(params.round_size, params.k - drawn[active[0].uid])
         for i in range(0, len(active), params.requests_per_call):
             chunk = active[i:i + params.requests_per_call]
-            reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=n, tag=p.uid) for p in chunk]
+            reqs = [Request(encode_prompt(p, tok, params.prompt_template), n=n, tag=p.uid) for p in chunk]
             sp = SamplingParams(params.temperature, params.top_p, params.max_new_tokens,
                                 seed=seed * 1_000_003 + rnd * 10_007 + i)
             outs = engine.generate(reqs, sp, purpose="filter")

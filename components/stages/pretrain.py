@@ -4,9 +4,10 @@ rarely — the hard-prompt regime of the VSR paper. Ends by measuring the base p
 rate per level (``base_rates.json``).
 
 ``model: <HF id or path>`` (what a sweep passes for a model without a ``model_specs``
-entry, e.g. ``Qwen/Qwen2.5-7B-Instruct``) names a pretrained base policy instead. The
-embedded pipeline cannot run one yet (its stages load only the tiny tokenizer), so such a
-run stops with a clear error; the field exists so that paper-scale sweep files validate."""
+entry, e.g. ``Qwen/Qwen2.5-7B-Instruct``) names a pretrained base policy instead: nothing
+is trained; the stage resolves the model (a local directory, or the hub into HF_HOME; offline
+only from that cache) and writes ``model_ref.json`` (path, hub revision, file digests), which
+every later stage loads the model from. ``revision`` pins a hub commit."""
 from __future__ import annotations
 
 from pydantic import Field
@@ -28,7 +29,7 @@ class PolicyParams(StageParams):
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("model",)
+    ADDED_FIELDS = ("model", "revision")
     policy: PolicyParams = PolicyParams()
     steps: int = Field(300, ge=1)
     batch_size: int = Field(128, ge=1)
@@ -37,15 +38,13 @@ class Params(StageParams):
     seed: int = 0
     threads: int | None = None
     max_new_tokens: int = Field(96, ge=1)
-    model: str | None = Field(None, description="pretrained base policy (HF id or path); not runnable here yet")
+    model: str | None = Field(None, description="pretrained base policy (HF id or local directory)")
+    revision: str | None = Field(None, description="hub commit / tag of `model` (default: the newest)")
 
 
 def run(params: Params, ctx: StageContext) -> dict:
     if params.model is not None:
-        raise NotImplementedError(
-            f"pretrain: model={params.model!r}: a pretrained HF base policy cannot run in the embedded "
-            "pipeline yet (components.policy.load_tokenizer accepts only the tiny tokenizer, and the "
-            "verl backend is not wired to the stages); only the tiny from-scratch policy runs here")
+        return _register_pretrained(params, ctx)
     import numpy as np
 
     from components.data.schema import read_problems
@@ -80,3 +79,15 @@ def run(params: Params, ctx: StageContext) -> dict:
         ctx.tracker.log_metrics({f"base_pass_rate/level_{k}": v for k, v in rates.items()})
     write_json(ctx.out_dir / "base_rates.json", rates)
     return {**{k: v for k, v in info.items() if isinstance(v, (int, float))}, "base_pass_rate": rates}
+
+
+def _register_pretrained(params: Params, ctx: StageContext) -> dict:
+    from components.hf_models import MODEL_REF, resolve_model
+    from components.stages.common import write_json
+
+    ref = resolve_model(params.model, params.revision)
+    write_json(ctx.out_dir / MODEL_REF, ref)
+    write_json(ctx.out_dir / "base_rates.json", {})
+    ctx.tracker.set_tags({"model.spec": params.model, "model.revision": str(ref["revision"])})
+    weights = sum(f["size"] for n, f in ref["files"].items() if n.endswith((".safetensors", ".bin")))
+    return {"pretrained": params.model, "revision": ref["revision"], "weight_bytes": weights}

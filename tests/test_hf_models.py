@@ -1,0 +1,117 @@
+"""The stages' pretrained-model path (what the paper sweeps use for Qwen / Llama), on a
+checkpoint in the real HF layout built offline (tests/hf_fixture.py): pretrain registers it
+without copying, filter_hard and evaluate render prompts with its chat template and stop on
+its stop ids. A hub id that is not in the offline cache fails with one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components import lineage
+from components.data.prompting import encode_prompt
+from components.data.schema import DataError, read_problems
+from components.hf_models import is_tiny_tokenizer, load_tokenizer_any, resolve_model, stop_token_ids
+from hf_fixture import build_chat_model_dir
+
+SMALL_DATA = {"pretrain_size": 8, "pool_size": 6, "heldout_pool_size": 4, "probe_per_level": 0}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def test_tokenizer_detection_and_stop_ids(tmp_path):
+    from components.policy import build_policy, build_tokenizer, save_policy, TinyPolicyConfig
+
+    chat = build_chat_model_dir(tmp_path / "chat")
+    tiny_tok = build_tokenizer()
+    tiny = save_policy(build_policy(TinyPolicyConfig(layers=1, hidden=16, heads=2, kv_heads=2, ffn=16), tiny_tok),
+                       tiny_tok, tmp_path / "tiny")
+    assert is_tiny_tokenizer(tiny) and not is_tiny_tokenizer(chat)
+    tok = load_tokenizer_any(chat)
+    assert type(tok).__name__ == "Qwen2Tokenizer"          # what AutoTokenizer gives a Qwen2 checkpoint
+    assert tok.padding_side == "left" and tok.eos_token == "<|im_end|>"
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(str(chat))
+    ids = stop_token_ids(model, tok)
+    assert ids == sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")})
+    assert load_tokenizer_any(tiny).pad_token_id == 0
+
+
+def test_hf_engine_stops_on_every_generation_eos(tmp_path):
+    """A sample ends on <|endoftext|> too, not only on the tokenizer's eos."""
+    import torch
+
+    from components.engine.base import Request, SamplingParams
+    from components.engine.hf import HFEngine
+    from components.policy import load_policy
+
+    model, tok = load_policy(build_chat_model_dir(tmp_path / "chat"))
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    # make <|endoftext|> (not the tokenizer's eos) by far the likeliest next token
+    model.lm_head.register_forward_hook(lambda m, i, o: o.index_fill(-1, torch.tensor([end]), 50.0))
+    out = HFEngine(model, tok).generate([Request(tuple(tok.encode("hi")), n=3)], SamplingParams(1.0, 1.0, 20, seed=0))
+    assert [c.token_ids for c in out[0]] == [(end,)] * 3
+    assert all(c.finish_reason == "stop" for c in out[0])
+
+
+def test_pretrained_model_through_the_stages_with_chat_template(home):
+    src = build_chat_model_dir(home / "my-model")
+    data = lineage.run_stage("prepare_data", SMALL_DATA, {}, sweep="hf")
+    pre = lineage.run_stage("pretrain", {"model": str(src)}, {"data": data["uri"]}, sweep="hf")
+    art = Path(pre["uri"])
+    ref = json.loads((art / "model_ref.json").read_text())
+    assert ref["path"] == str(src.resolve()) and "model.safetensors" in ref["files"]
+    assert not (art / "model").exists()                      # registered, not copied
+    assert ref["files"]["config.json"]["sha256"]
+
+    hard = lineage.run_stage("filter_hard", {"k": 4, "c": 1, "round_size": 4, "max_new_tokens": 8,
+                                             "prompt_template": "chat"},
+                             {"data": data["uri"], "model": pre["uri"]}, sweep="hf")
+    # every prompt went in through the chat template: the metered prompt tokens are exactly
+    # the chat-rendered lengths (one round of 4 samples; each context prefilled once)
+    tok = load_tokenizer_any(src)
+    pools = [read_problems(Path(data["uri"]) / f) for f in ("train_pool.jsonl", "heldout_pool.jsonl")]
+    rows = json.loads((Path(hard["uri"]) / "tokens.json").read_text())
+    metered = sum(r["prompt_tokens"] for r in rows if r["purpose"] == "filter")
+    assert metered == sum(len(encode_prompt(p, tok, "chat")) for pool in pools for p in pool)
+    assert metered > sum(len(tok.encode(p.prompt)) for pool in pools for p in pool)
+
+    ev = lineage.run_stage("evaluate", {"protocol": "vigor", "prompt_template": "chat", "max_new_tokens": 8,
+                                        "label": "chat-base"},
+                           {"model": pre["uri"], "hard": hard["uri"]}, sweep="hf")
+    res = json.loads((Path(ev["uri"]) / "results.json").read_text())
+    held = read_problems(Path(hard["uri"]) / "heldout.jsonl")
+    assert res["samples_per_problem"] == 1 and res["problems"] == len(held)   # VIGOR protocol: 1 sample
+    assert set(res["pass_at_k"]) == {"1"}
+
+
+def test_hub_id_offline_and_not_cached_is_one_line(home):
+    with pytest.raises(DataError) as e:
+        resolve_model("Qwen/Qwen2.5-7B-Instruct")
+    msg = str(e.value)
+    assert "\n" not in msg and "Qwen/Qwen2.5-7B-Instruct" in msg and "not in the local Hugging Face cache" in msg
+    with pytest.raises(DataError, match="neither an existing directory nor a hub id"):
+        resolve_model("no-such-dir")
+    (home / "empty").mkdir()
+    with pytest.raises(DataError, match="config.json missing"):
+        resolve_model(str(home / "empty"))
+
+
+def test_evaluate_protocol_presets_and_explicit_values_win():
+    from components.stages.evaluate import PROTOCOLS, Params
+
+    for name, preset in PROTOCOLS.items():
+        p = Params(protocol=name)
+        assert {k: getattr(p, k) for k in preset} == preset
+    assert Params(protocol="vsr").samples_per_seed * len(Params(protocol="vsr").seeds) == 16
+    assert Params(protocol="vigor", top_p=0.95).top_p == 0.95
+    # no protocol: the dump (and so every existing cache key) is unchanged
+    assert "protocol" not in Params().model_dump()

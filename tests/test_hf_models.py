@@ -115,3 +115,52 @@ def test_evaluate_protocol_presets_and_explicit_values_win():
     assert Params(protocol="vigor", top_p=0.95).top_p == 0.95
     # no protocol: the dump (and so every existing cache key) is unchanged
     assert "protocol" not in Params().model_dump()
+
+
+OPENR1_BASE = {"solution": "s", "problem_type": "Algebra", "question_type": "math-word-problem",
+               "correctness_llama": None, "messages": [], "correctness_count": 1, "source": "olympiads"}
+
+
+def _openr1_rows(n):
+    rows = []
+    for i in range(n):
+        ok = i % 3 != 0                  # every third problem has no verified, complete R1 trace
+        rows.append({**OPENR1_BASE, "problem": f"What is {i} plus {i}?", "answer": str(2 * i), "uuid": f"u{i}",
+                     "generations": [f"Add: {i}+{i}={2 * i}. \\boxed{{{2 * i}}}", "guess \\boxed{0}"],
+                     "correctness_math_verify": [ok, False], "is_reasoning_complete": [True, True],
+                     "finish_reasons": ["stop", "stop"]})
+    return rows
+
+
+def test_openr1_filter_seed_and_train_with_a_pretrained_chat_model(home):
+    """The VSR data path on OpenR1-schema data with a chat model: pass@k <= c filtering,
+    one verified R1 trace per kept prompt (the SFT set is exactly those), then two VSR
+    updates with chat-rendered prompts and replayed expert prefixes."""
+    src = home / "openr1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in _openr1_rows(12)))
+    model = build_chat_model_dir(home / "chat")
+    data = lineage.run_stage("prepare_data", {"source": "openr1", "path": str(src), "heldout_fraction": 0.25},
+                             {}, sweep="hf")
+    pre = lineage.run_stage("pretrain", {"model": str(model)}, {"data": data["uri"]}, sweep="hf")
+    hard = lineage.run_stage("filter_hard", {"k": 4, "c": 1, "max_new_tokens": 6, "prompt_template": "chat"},
+                             {"data": data["uri"], "model": pre["uri"]}, sweep="hf")
+    kept = read_problems(Path(hard["uri"]) / "train.jsonl")
+    assert kept and all(p.meta["base_successes"] <= 1 for p in kept)
+    seeded = lineage.run_stage("seed_prefixes", {}, {"hard": hard["uri"]}, sweep="hf")
+    sft = read_problems(Path(seeded["uri"]) / "sft.jsonl")
+    verified = {p.uid for p in kept if p.traces}
+    assert {p.uid for p in sft} == verified
+    assert all(len(p.traces) == 1 and "\\boxed{0}" not in p.traces[0] for p in sft)
+
+    train = lineage.run_stage("train", {"method": "vsr", "steps": 2, "batch_prompts": 4, "max_new_tokens": 6,
+                                        "prompt_template": "chat", "val_size": 0, "ckpt_every": 1,
+                                        "method_config": {"n": 4, "rho": 0.5}},
+                              {"model": pre["uri"], "hard": hard["uri"], "prefixes": seeded["uri"]}, sweep="hf")
+    out = Path(train["uri"])
+    hist = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [h for h in hist if "reward/mean" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    # the random policy never solves a prompt: VSR fills its groups from the expert prefixes
+    assert any(h["groups/replay_frac"] > 0 for h in steps)
+    tok = load_tokenizer_any(out / "model")
+    assert type(tok).__name__ == "Qwen2Tokenizer"            # the trained model keeps its tokenizer

@@ -2,18 +2,34 @@
 
 Inputs: ``eval_*`` (evaluate outputs), ``run_*`` (train outputs, for the curves) and
 ``tokens`` (the tokens stage).
+
+With ``paper: vsr|vigor|vip`` the benchmark results also go beside that paper's numbers
+(``paper_vs_measured.{md,csv,tex}``, delta = measured - paper; ``analysis.paper``). With
+validation histories it writes VIGOR's measure: accuracy vs cumulative rollouts with the
+target line and rollouts-to-target per method (``rollouts_to_target.csv``, ``rollouts.png``),
+and the generated tokens per update by method (``tokens_per_update.png``).
 """
 from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
 
 from components.stages.base import StageContext, StageParams
 
 NAME = "tables"
-VERSION = 1
+VERSION = 2
 INPUTS = ("eval_*", "run_*", "tokens")
 
 
 class Params(StageParams):
     title: str = "held-out hard subset"
+    paper: Literal["vsr", "vigor", "vip"] | None = None
+    # VIGOR's rollouts-to-target: the target is ``rollouts_target`` if set, else
+    # ``rollouts_fraction`` x the best validation accuracy of ``rollouts_baseline``
+    rollouts_baseline: str = "grpo"
+    rollouts_target: float | None = Field(None, ge=0, le=1)
+    rollouts_fraction: float = Field(1.0, gt=0, le=1)
 
 
 def run(params: Params, ctx: StageContext) -> dict:
@@ -22,6 +38,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     import pandas as pd
 
     from analysis.plots import accuracy_bars, training_curves
+    from analysis.rollouts import tokens_per_update_plot
     from analysis.tables import accuracy_table, to_markdown
     from components.stages.common import read_json
 
@@ -43,6 +60,40 @@ def run(params: Params, ctx: StageContext) -> dict:
     (ctx.out_dir / "tables.md").write_text(md)
     df.to_csv(ctx.out_dir / "tables.csv", index=False)
     plots = [accuracy_bars(df, ctx.out_dir / "accuracy.png")]
+    out: dict = {"rows": df.to_dict("records")}
     if runs:
         plots.append(training_curves(runs, ctx.out_dir / "curves.png"))
-    return {"rows": df.to_dict("records"), "plots": [p.name for p in plots]}
+        plots.append(tokens_per_update_plot(runs, ctx.out_dir / "tokens_per_update.png"))
+        speed = _rollouts(params, runs, ctx)
+        if speed is not None:
+            plots.append(ctx.out_dir / "rollouts.png")
+            out["rollouts_to_target"] = speed
+    if params.paper is not None:
+        out["paper_rows_measured"] = _paper(params, results, ctx)
+    return {**out, "plots": [p.name for p in plots]}
+
+
+def _rollouts(params: Params, runs, ctx: StageContext) -> list | None:
+    from analysis.rollouts import rollouts_plot, rollouts_table
+    from analysis.tables import to_markdown
+
+    if not any(s["method"] == params.rollouts_baseline for s, _ in runs) and params.rollouts_target is None:
+        return None  # no baseline run in this sweep: no target to measure against
+    try:
+        df, target = rollouts_table(runs, params.rollouts_baseline, params.rollouts_target, params.rollouts_fraction)
+    except ValueError:  # the baseline never validated (val_size 0)
+        return None
+    df.to_csv(ctx.out_dir / "rollouts_to_target.csv", index=False)
+    rollouts_plot(runs, target, ctx.out_dir / "rollouts.png", params.rollouts_baseline)
+    with open(ctx.out_dir / "tables.md", "a") as f:
+        f.write("\n" + to_markdown(df, f"Rollouts to validation accuracy {target:.3f}"))
+    return df.to_dict("records")
+
+
+def _paper(params: Params, results: list, ctx: StageContext) -> int:
+    from analysis import paper as P
+
+    rows = {"vsr": P.VSR_TABLE1, "vigor": P.VIGOR_TABLE1, "vip": P.VIP_REFERENCE}[params.paper]
+    sbs = P.side_by_side(rows, P.measured_from_results(results), how="left")
+    P.write_all(sbs, ctx.out_dir, "paper_vs_measured", f"{params.paper.upper()}: paper vs measured")
+    return int(sbs["measured"].notna().sum())

@@ -1,0 +1,113 @@
+"""The tables stage's paper side-by-side and VIGOR's rollouts-to-target, on evaluate /
+train outputs written in their real formats (results.json, summary.json + metrics.jsonl)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from analysis import paper as P
+from analysis.rollouts import accuracy_vs_rollouts, rollouts_table, rollouts_to_target
+from components.stages import tables
+from components.stages.base import NullTracker, StageContext
+
+
+def hist(rollouts_per_step, vals):
+    """metric rows like the embedded trainer's: a step-0 validation, then update rows with
+    ``rollouts`` and every ``val_every`` steps a ``val/accuracy``."""
+    rows = [{"step": 0, "val/accuracy": vals[0]}]
+    for s, r in enumerate(rollouts_per_step, start=1):
+        row = {"step": s, "rollouts": float(r), "tokens/generated": 10.0 * r, "reward/mean": 0.1}
+        if s in vals:
+            row["val/accuracy"] = vals[s]
+        rows.append(row)
+    return rows
+
+
+GRPO = ({"method": "grpo", "seed": 0}, hist([128] * 6, {0: 0.1, 2: 0.2, 4: 0.3, 6: 0.4}))
+# VIGOR spends fewer rollouts per update and is at GRPO's best accuracy by step 4
+VIGOR = ({"method": "vigor", "seed": 0}, hist([96] * 6, {0: 0.1, 2: 0.25, 4: 0.4, 6: 0.45}))
+
+
+def test_accuracy_vs_rollouts_charges_each_validation_the_rollouts_so_far():
+    assert accuracy_vs_rollouts(GRPO[1]) == [(0.0, 0.1), (256.0, 0.2), (512.0, 0.3), (768.0, 0.4)]
+    assert rollouts_to_target(VIGOR[1], 0.4) == 4 * 96
+    assert math.isnan(rollouts_to_target(GRPO[1], 0.41))
+
+
+def test_rollouts_table_speedup_against_the_baseline_best():
+    df, target = rollouts_table([GRPO, VIGOR])
+    assert target == pytest.approx(0.4)                      # GRPO's best validation accuracy
+    row = df.set_index("method")
+    assert row.loc["grpo", "rollouts_to_target"] == 768 and row.loc["vigor", "rollouts_to_target"] == 384
+    assert row.loc["vigor", "speedup_vs_grpo"] == pytest.approx(2.0)
+    # a method whose seed never reaches the target has NaN, never a partial mean
+    slow = ({"method": "vigor", "seed": 1}, hist([96] * 6, {0: 0.1, 6: 0.3}))
+    df2, _ = rollouts_table([GRPO, VIGOR, slow])
+    assert math.isnan(df2.set_index("method").loc["vigor", "rollouts_to_target"])
+    with pytest.raises(ValueError, match="baseline method 'rloo'"):
+        rollouts_table([GRPO], baseline="rloo")
+
+
+def _result(label, method, bench, mean):
+    return {"label": label, "method": method, "benchmark": bench, "mean_at_k": mean, "maj_at_k": mean,
+            "pass_at_k": {"1": mean}, "problems": 30, "samples_per_problem": 16, "split": None,
+            "train_seed": 0, "train_steps": 10, "mean_at_k_by_seed": [mean, mean], "by_level": {},
+            "eval_tokens": {"generated_tokens": 100, "prompt_tokens": 10}}
+
+
+def _write_inputs(root, results, runs):
+    inputs = {}
+    for r in results:
+        d = root / f"eval_{r['label']}"
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(r))
+        inputs[d.name] = d
+    for summary, h in runs:
+        d = root / f"run_{summary['method']}-s{summary['seed']}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(summary))
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in h))
+        inputs[d.name] = d
+    return inputs
+
+
+def test_tables_stage_writes_paper_side_by_side_and_rollouts(tmp_path):
+    llama = "llama-3.2-3b-instruct"
+    results = [_result(f"{llama}-vsr-s0@math500", "vsr", "math500", 0.50),
+               _result(f"{llama}-grpo-s0@math500", "grpo", "math500", 0.40),
+               _result(f"{llama}-grpo-s0@aime24", "grpo", "aime24", 0.05)]
+    inputs = _write_inputs(tmp_path / "in", results, [GRPO, VIGOR])
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(out_dir=out, work_dir=tmp_path / "w", inputs=inputs, tracker=NullTracker())
+    res = tables.run(tables.Params(paper="vsr"), ctx)
+
+    sbs = pd.read_csv(out / "paper_vs_measured.csv")
+    cell = sbs[(sbs.method == "vsr") & (sbs.benchmark == "math500")].iloc[0]
+    paper_value = next(r["value"] for r in P.VSR_TABLE1 if r["method"] == "vsr" and r["benchmark"] == "math500")
+    assert cell.paper_value == paper_value and cell.measured == pytest.approx(50.0)
+    assert cell.delta == pytest.approx(50.0 - paper_value)
+    # GRPO's avg over the benchmarks it was measured on; methods never run stay empty
+    g = sbs[(sbs.method == "grpo") & (sbs.benchmark == "avg")].iloc[0]
+    assert g.measured == pytest.approx((40.0 + 5.0) / 2)
+    assert sbs[sbs.method == "static_prefix"].measured.isna().all()
+    assert res["paper_rows_measured"] == 5                   # vsr math500+avg, grpo math500+aime24+avg
+    for f in ("paper_vs_measured.md", "paper_vs_measured.tex", "rollouts.png", "tokens_per_update.png",
+              "curves.png", "accuracy.png"):
+        assert (out / f).stat().st_size > 0, f
+    speed = {r["method"]: r for r in res["rollouts_to_target"]}
+    assert speed["vigor"]["speedup_vs_grpo"] == pytest.approx(2.0)
+    assert "Rollouts to validation accuracy 0.400" in (out / "tables.md").read_text()
+
+
+def test_no_baseline_run_means_no_rollouts_table(tmp_path):
+    inputs = _write_inputs(tmp_path / "in", [_result("tiny-vigor-s0", "vigor", None, 0.1)], [VIGOR])
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(out_dir=out, work_dir=tmp_path / "w", inputs=inputs, tracker=NullTracker())
+    res = tables.run(tables.Params(), ctx)
+    assert "rollouts_to_target" not in res and not (out / "rollouts_to_target.csv").exists()
+    assert "paper_vs_measured.csv" not in {p.name for p in out.iterdir()}

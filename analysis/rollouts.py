@@ -57,9 +57,11 @@ def target_of(runs: Sequence[Run], baseline: str, target: float | None = None, f
 
 def rollouts_table(runs: Sequence[Run], baseline: str = "grpo", target: float | None = None,
                    fraction: float = 1.0) -> tuple[pd.DataFrame, float]:
-    """One row per method: mean rollouts to the target over its seeds (NaN if a seed never
-    reached it: then the mean is NaN too, not a flattering partial mean), and
+    """One row per method that generates rollouts: mean rollouts to the target over its seeds
+    (NaN if a seed never reached it: then the mean is NaN too, not a flattering partial mean), and
     ``speedup_vs_<baseline>`` = baseline rollouts / method rollouts."""
+    # runs that generate nothing (SFT) reach any accuracy at "0 rollouts": not comparable
+    runs = [(s, h) for s, h in runs if any(float(r.get("rollouts", 0)) > 0 for r in h)]
     t = target_of(runs, baseline, target, fraction)
     rows = [{"method": s["method"], "seed": s.get("seed"), "rollouts_to_target": rollouts_to_target(h, t)}
             for s, h in runs]

@@ -47,6 +47,9 @@ def test_rollouts_table_speedup_against_the_baseline_best():
     slow = ({"method": "vigor", "seed": 1}, hist([96] * 6, {0: 0.1, 6: 0.3}))
     df2, _ = rollouts_table([GRPO, VIGOR, slow])
     assert math.isnan(df2.set_index("method").loc["vigor", "rollouts_to_target"])
+    # SFT generates no rollouts: left out rather than "reaching" the target for free
+    sft = ({"method": "sft", "seed": 0}, [{"step": 0, "val/accuracy": 0.1}, {"step": 2, "val/accuracy": 0.9}])
+    assert "sft" not in set(rollouts_table([GRPO, VIGOR, sft])[0]["method"])
     with pytest.raises(ValueError, match="baseline method 'rloo'"):
         rollouts_table([GRPO], baseline="rloo")
 

@@ -3,11 +3,14 @@
 Inputs: ``model`` (the base policy), ``hard`` (training prompts + held-out set for
 validation), ``prefixes`` (expert traces: VSR's cold-start seeds and the SFT set).
 Checkpoints live in the stage's work dir, so a killed or retried task resumes from its
-last checkpoint. ``backend: verl`` (GPU, issue 5) maps the same params to verl.
+last checkpoint. ``backend: verl`` runs the same params on verl (Ray, GPU workers, vLLM
+rollouts; ``components/trainer/verl``), imported only then.
 """
 from __future__ import annotations
 
 from typing import Literal
+
+from pydantic import Field
 
 from components.stages.base import StageContext
 from components.trainer.config import TrainConfig
@@ -18,11 +21,26 @@ INPUTS = ("model", "hard", "prefixes")
 
 
 class Params(TrainConfig):
-    backend: Literal["embedded"] = "embedded"
+    # ``backend`` was in the dump (default "embedded") since VERSION 1, so widening its type
+    # keeps every key; the verl-only fields below are new: left out of the dump at default.
+    ADDED_FIELDS = ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
+                    "max_prompt_length", "verl_overrides")
+    backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
+    # verl backend only: resources and raw verl overrides (Hydra ``key=value``, applied last)
+    n_gpus_per_node: int = Field(1, ge=1)
+    nnodes: int = Field(1, ge=1)
+    rollout_tp: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    max_prompt_length: int = Field(512, ge=1)
+    verl_overrides: tuple[str, ...] = ()
 
 
 def run(params: Params, ctx: StageContext) -> dict:
+    if params.backend == "verl":
+        from components.trainer.verl.run import train_with_verl
+
+        return train_with_verl(params, ctx)
     from components.data.schema import read_problems
     from components.stages.common import grade_fn, load_model, read_json, set_threads
     from components.trainer.embedded import EmbeddedTrainer
@@ -34,7 +52,9 @@ def run(params: Params, ctx: StageContext) -> dict:
     val = read_problems(hard_dir / "heldout.jsonl")
     traces = read_json(ctx.input("prefixes") / "traces.json")
     p0 = {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}
-    cfg = TrainConfig(**params.model_dump(exclude={"backend", "threads"}))
+    from components.trainer.verl.run import STAGE_FIELDS
+
+    cfg = TrainConfig(**params.model_dump(exclude=set(STAGE_FIELDS)))
     grade = grade_fn(params.grading_timeout_s)
     try:
         trainer = EmbeddedTrainer(cfg, model, tok, grade, ctx.tracker)

@@ -1,0 +1,90 @@
+"""One training run on verl: the ``train`` stage's ``backend: verl`` and ``python -m
+components.trainer.verl``. Same inputs and outputs as the embedded path
+(``components/stages/train.py``); Ray and the GPU workers start here."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from components.trainer.config import TrainConfig
+
+# train-stage fields that are not TrainConfig fields (the stage's own and verl's resources)
+STAGE_FIELDS = ("backend", "threads", "n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
+                "max_prompt_length", "verl_overrides")
+
+
+def model_path(model_input: Path) -> Path:
+    d = model_input / "model" if (model_input / "model").is_dir() else model_input
+    if not (d / "config.json").is_file():
+        from components.data.schema import DataError
+        raise DataError(f"{d}: no model here (config.json missing)")
+    return d
+
+
+def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
+    """verl's composed, resolved config for these train params."""
+    from omegaconf import OmegaConf
+
+    from components.trainer.verl.config import compose, overrides, samples_per_prompt
+
+    cfg = TrainConfig(**params.model_dump(exclude=set(STAGE_FIELDS)))
+    ov = overrides(cfg, model_path=model_dir, work_dir=work_dir, n=samples_per_prompt(cfg),
+                   project=sweep or "rlvr", experiment=f"train-{cfg.method}-s{cfg.seed}",
+                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
+                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
+                   gpu_memory_utilization=params.gpu_memory_utilization, extra=params.verl_overrides)
+    config = compose(ov)
+    OmegaConf.resolve(config)
+    return cfg, config
+
+
+def attach_mlflow(run_id: str) -> None:
+    """verl's MLflow logger starts ``mlflow.start_run(run_id=$MLFLOW_RUN_ID)``: point it at the
+    stage's run in the project's tracking store."""
+    from components.lineage import tracking_uri
+
+    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
+    if run_id:
+        os.environ["MLFLOW_RUN_ID"] = run_id
+
+
+def train_with_verl(params: Any, ctx) -> dict:
+    import ray
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    from components.data.schema import read_problems
+    from components.stages.common import grade_fn, read_json
+    from components.trainer.verl.trainer import RLVRPPOTrainer
+
+    model_dir = model_path(ctx.input("model"))
+    hard_dir = ctx.input("hard")
+    problems = read_problems(hard_dir / "train.jsonl")
+    val = read_problems(hard_dir / "heldout.jsonl")
+    traces = read_json(ctx.input("prefixes") / "traces.json")
+    p0 = {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}
+    cfg, config = build_config(params, model_dir, ctx.work_dir, ctx.sweep)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    attach_mlflow(getattr(ctx.tracker, "run_id", ""))
+    if not ray.is_initialized():
+        env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
+        ray.init(runtime_env=OmegaConf.to_container(env), num_cpus=config.ray_kwargs.ray_init.num_cpus)
+    runner = BaseTaskRunner()   # verl's own role -> worker and resource-pool wiring
+    _, wg_cls = runner.add_actor_rollout_worker(config)
+    runner.add_reward_model_resource_pool(config)
+    pools = runner.init_resource_pool_mgr(config)
+    tokenizer = omega_conf_to_dataclass(config.actor_rollout_ref.model).tokenizer
+    trainer = RLVRPPOTrainer(config, tokenizer, runner.role_worker_mapping, pools, wg_cls,
+                             train_cfg=cfg, n_train=len(problems), n_val=min(len(val), cfg.val_size))
+    trainer.init_workers()
+    grade = grade_fn(cfg.grading_timeout_s)
+    try:
+        summary = trainer.fit_rlvr(problems, val, {"expert_traces": traces, "p0": p0}, grade)
+    finally:
+        grade.grader.close()
+    trainer.save_outputs(ctx.out_dir)
+    return summary

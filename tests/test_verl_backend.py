@@ -1,0 +1,314 @@
+"""The verl backend without Ray workers: config composition, Groups <-> DataProto,
+verl's uid-grouped advantages against ours, the DataProto rollout engine, the train stage's
+backend switch and cache keys, the CLI, and the GPU smoke script's syntax and modules."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from components.algos.advantages import grpo_advantages, rloo_advantages
+from components.engine.base import Request, SamplingParams, TokenMeter
+from components.methods.base import Group, RolloutContext
+from components.trainer.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(2)
+
+
+# ---------------------------------------------------------------- config
+
+def test_compose_maps_train_params_onto_verls_config(tmp_path):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from components.trainer.verl import config as vc
+
+    cfg = TrainConfig(method="vsr", adv_estimator="drgrpo", loss_agg_mode="seq-mean-token-sum-norm",
+                      kl_coef=0.01, lr=3e-6, batch_prompts=4, max_new_tokens=48, steps=7, ckpt_every=3,
+                      temperature=0.9, top_p=0.95, seed=5)
+    assert vc.samples_per_prompt(cfg) == 8        # VSR's default n, from its budget contract
+    ov = vc.overrides(cfg, model_path=tmp_path / "m", work_dir=tmp_path / "w", n=8, project="demo",
+                      experiment="train-vsr-s5", extra=["trainer.nnodes=1", "actor_rollout_ref.actor.ppo_epochs=2"])
+    c = vc.compose(ov)
+    OmegaConf.resolve(c)
+    a = c.actor_rollout_ref
+    assert a.model.path == str((tmp_path / "m").resolve())
+    assert a.actor.optim.lr == pytest.approx(3e-6)
+    assert (c.data.train_batch_size, a.actor.ppo_mini_batch_size, a.rollout.n) == (4, 4, 8)
+    assert (c.data.max_response_length, a.rollout.response_length) == (48, 48)
+    assert a.actor.loss_agg_mode == "seq-mean-token-sum-norm" and a.actor.loss_scale_factor == 48
+    assert a.actor.use_kl_loss and a.actor.kl_loss_coef == pytest.approx(0.01) and a.actor.kl_loss_type == "low_var_kl"
+    assert c.algorithm.adv_estimator == "grpo" and c.algorithm.norm_adv_by_std_in_grpo is False   # Dr. GRPO
+    assert (a.rollout.temperature, a.rollout.top_p, a.rollout.name) == (0.9, 0.95, "vllm")
+    assert a.rollout.enable_prefix_caching and a.rollout.agent.default_agent_loop == "rlvr_context_ids"
+    assert Path(a.rollout.agent.agent_loop_config_path).is_file()
+    assert (c.trainer.total_training_steps, c.trainer.save_freq, c.trainer.resume_mode) == (7, 3, "auto")
+    assert Path(c.trainer.default_local_dir).is_relative_to((tmp_path / "w").resolve())
+    assert list(c.trainer.logger) == ["console", "mlflow"]
+    assert (c.trainer.project_name, c.trainer.experiment_name) == ("demo", "train-vsr-s5")
+    assert "hf_model" in list(a.actor.checkpoint.save_contents)
+    assert a.actor.ppo_epochs == 2                 # extra overrides come last
+    assert c.trainer.use_v1 is False
+    validate_config(config=c, use_reference_policy=need_reference_policy(c), use_critic=need_critic(c))
+
+    rloo = vc.compose(vc.overrides(TrainConfig(adv_estimator="rloo"), model_path="m", work_dir=tmp_path, n=4,
+                                   project="p", experiment="e"))
+    assert rloo.algorithm.adv_estimator == "rloo" and rloo.actor_rollout_ref.actor.use_kl_loss is False
+
+
+def test_agent_loop_yaml_names_an_importable_loop():
+    import yaml
+
+    from components.trainer.verl.agent_loop import ContextIdsAgentLoop
+    from components.trainer.verl.config import AGENT_LOOPS_YAML
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+    (entry,) = yaml.safe_load(AGENT_LOOPS_YAML.read_text())
+    mod, _, cls = entry["_target_"].rpartition(".")
+    assert getattr(importlib.import_module(mod), cls) is ContextIdsAgentLoop
+    assert issubclass(ContextIdsAgentLoop, AgentLoopBase) and entry["name"] == "rlvr_context_ids"
+
+
+# ---------------------------------------------------------------- batch + advantages
+
+def _groups(rng, sizes=(4, 1, 3, 5), pad_free=True):
+    groups = []
+    for gi, n in enumerate(sizes):
+        prompt = tuple(int(t) for t in rng.integers(3, 30, size=rng.integers(3, 7)))
+        prefix = tuple(int(t) for t in rng.integers(3, 30, size=2)) if gi % 2 else ()
+        resps = [tuple(int(t) for t in rng.integers(3, 30, size=rng.integers(1, 9))) for _ in range(n)]
+        groups.append(Group(uid=f"g{gi}", problem_uid=f"p{gi}", answer="1", context_ids=prompt + prefix,
+                            prompt_len=len(prompt), responses=resps, texts=[""] * n,
+                            rewards=[float(x) for x in rng.integers(0, 2, size=n)]))
+    return groups
+
+
+def test_groups_to_dataproto_layout_and_round_trip():
+    from components.trainer.verl.batch import dataproto_to_groups, groups_to_dataproto
+
+    groups = _groups(np.random.default_rng(0))
+    d = groups_to_dataproto(groups, pad_id=0, response_length=10)
+    rows = [(g, r, w) for g in groups for r, w in zip(g.responses, g.rewards)]
+    P = max(len(g.context_ids) for g in groups)
+    assert d.batch["input_ids"].shape == (len(rows), P + 10) and d.batch["responses"].shape == (len(rows), 10)
+    for i, (g, resp, reward) in enumerate(rows):
+        ids, att = d.batch["input_ids"][i], d.batch["attention_mask"][i]
+        assert ids[att.bool()].tolist() == list(g.context_ids) + list(resp)   # prefix on the prompt side
+        assert d.batch["response_mask"][i].tolist() == [1] * len(resp) + [0] * (10 - len(resp))
+        assert d.batch["position_ids"][i][att.bool()].tolist() == list(range(len(g.context_ids) + len(resp)))
+        scores = d.batch["token_level_scores"][i]
+        assert scores[len(resp) - 1] == reward and scores.sum() == reward
+        assert d.non_tensor_batch["uid"][i] == g.uid
+    back = dataproto_to_groups(d)
+    assert [(g.uid, g.context_ids, g.prompt_len, g.responses, g.rewards) for g in back] == \
+           [(g.uid, g.context_ids, g.prompt_len, g.responses, g.rewards) for g in groups]
+    with pytest.raises(ValueError, match="response_length 3"):
+        groups_to_dataproto(groups, pad_id=0, response_length=3)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "drgrpo", "rloo"])
+def test_verl_uid_advantages_equal_ours(estimator):
+    from components.trainer.verl.batch import groups_to_dataproto, verl_advantages
+
+    rng = np.random.default_rng(1)
+    groups = _groups(rng, sizes=(4, 1, 3, 5, 2, 8))
+    for g in groups:                               # non-binary rewards exercise the std
+        g.rewards = [float(x) for x in rng.normal(size=g.n)]
+    d = groups_to_dataproto(groups, pad_id=0)
+    perm = rng.permutation(len(d))                 # verl groups by uid, not by position
+    d.reorder(torch.tensor(perm))
+    adv = verl_advantages(d, estimator)
+    rewards = [r for g in groups for r in g.rewards]
+    gids = [g.uid for g in groups for _ in range(g.n)]
+    ours = (rloo_advantages(rewards, gids) if estimator == "rloo"
+            else grpo_advantages(rewards, gids, norm_by_std=(estimator == "grpo")))[perm]
+    mask = d.batch["response_mask"].float()
+    torch.testing.assert_close(adv, ours.float()[:, None] * mask, rtol=1e-5, atol=1e-5)
+
+
+def test_method_advantage_terms_follow_the_embedded_rules():
+    from components.trainer.verl.batch import apply_method_advantages, groups_to_dataproto, verl_advantages
+
+    groups = _groups(np.random.default_rng(2), sizes=(3, 2, 4))
+    groups[0].meta["advantages"] = [0.5, -1.0, 2.0]     # exact per-sample (Reinforce-Ada-Seq)
+    groups[2].meta["adv_weight"] = 3.0                  # per-group weight (Reinforce-Ada-Est)
+    d = groups_to_dataproto(groups, pad_id=0)
+    base = verl_advantages(d, "grpo")
+    d.batch["advantages"] = base.clone()
+    apply_method_advantages(d, groups)
+    m = d.batch["response_mask"].float()
+    got = d.batch["advantages"]
+    torch.testing.assert_close(got[:3], torch.tensor([0.5, -1.0, 2.0])[:, None] * m[:3])
+    torch.testing.assert_close(got[3:5], base[3:5])
+    torch.testing.assert_close(got[5:], 3.0 * base[5:])
+
+
+# ---------------------------------------------------------------- rollout engine
+
+@pytest.fixture(scope="module")
+def tiny():
+    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+
+    tok = build_tokenizer()
+    model = build_policy(TinyPolicyConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128), tok, seed=0).eval()
+    return model, tok
+
+
+class HFGenerateSequences:
+    """verl's ``generate_sequences`` contract (DataProto rows with ``context_ids`` + per-row
+    ``sampling`` in; ``prompts``/``responses``/``attention_mask`` out, prompt left-, response
+    right-padded) with real sampling from the tiny policy, one row at a time."""
+
+    def __init__(self, model, tok):
+        from components.engine.hf import HFEngine
+
+        self.hf, self.pad = HFEngine(model, tok), tok.pad_token_id
+        self.rows: list[tuple[int, ...]] = []
+        self.calls = 0
+
+    def __call__(self, batch):
+        from verl import DataProto
+
+        self.calls += 1
+        outs = []
+        for ctx, s in zip(batch.non_tensor_batch["context_ids"], batch.non_tensor_batch["sampling"]):
+            sp = SamplingParams(s["temperature"], s["top_p"], s["max_tokens"], s.get("seed"))
+            outs.append((tuple(ctx), self.hf.generate([Request(tuple(ctx), 1)], sp)[0][0].token_ids))
+        self.rows.extend(r for _, r in outs)
+        P, R = max(len(c) for c, _ in outs), int(batch.non_tensor_batch["sampling"][0]["max_tokens"])
+        prompts = torch.full((len(outs), P), self.pad)
+        resp = torch.full((len(outs), R), self.pad)
+        att = torch.zeros((len(outs), P + R), dtype=torch.long)
+        for i, (c, r) in enumerate(outs):
+            prompts[i, P - len(c):] = torch.tensor(c)
+            att[i, P - len(c):P] = 1
+            if r:
+                resp[i, :len(r)] = torch.tensor(r)
+                att[i, P:P + len(r)] = 1
+        return DataProto.from_dict(tensors={"prompts": prompts, "responses": resp, "attention_mask": att,
+                                            "input_ids": torch.cat([prompts, resp], 1)})
+
+
+def test_rollout_engine_maps_rows_back_to_requests_and_meters_padding(tiny):
+    from components.trainer.verl.rollout import VerlRolloutEngine, sample_seed
+
+    model, tok = tiny
+    gen = HFGenerateSequences(model, tok)
+    meter = TokenMeter()
+    eng = VerlRolloutEngine(gen, tok, meter=meter, divisor=4)
+    p = tok.encode("Compute 1+2.", add_special_tokens=False)
+    q = tok.encode("Compute 4+5-3.", add_special_tokens=False)
+    reqs = [Request(tuple(p), n=2), Request(tuple(q), n=0), Request(tuple(q + tok.encode("4+5=9", add_special_tokens=False)), n=3, prompt_len=len(q))]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=12, seed=11)
+    out = eng.generate(reqs, params)
+    assert [len(o) for o in out] == [2, 0, 3]
+    assert [c.token_ids for o in out for c in o] == gen.rows[:5]        # request order, samples adjacent
+    for c in (c for o in out for c in o):
+        assert c.text == tok.decode(list(c.token_ids), skip_special_tokens=True)
+        assert c.finish_reason == ("stop" if c.token_ids and c.token_ids[-1] == tok.eos_token_id else "length")
+    # 5 rows padded to 8: three copies generated and dropped, metered as discarded
+    assert len(gen.rows) == 8
+    t, dsc = meter.totals("train_rollout"), meter.totals("discarded")
+    assert t == {"prompt_tokens": len(reqs[0].context_ids) + len(reqs[2].context_ids),
+                 "generated_tokens": sum(len(r) for r in gen.rows[:5]), "sequences": 5, "requests": 3}
+    assert dsc["generated_tokens"] == sum(len(r) for r in gen.rows[5:]) and dsc["sequences"] == 3
+    # per-sample seeds: distinct within a request, and the same call again gives the same samples
+    assert len({sample_seed(11, 0, j) for j in range(2)}) == 2
+    again = VerlRolloutEngine(HFGenerateSequences(model, tok), tok, divisor=4).generate(reqs, params)
+    assert [[c.token_ids for c in o] for o in again] == [[c.token_ids for c in o] for o in out]
+
+
+def test_method_sample_groups_run_unchanged_on_the_verl_engine(tiny):
+    from components.data.schema import Problem
+    from components.methods.registry import build
+    from components.trainer.verl.rollout import VerlRolloutEngine
+
+    model, tok = tiny
+    eng = VerlRolloutEngine(HFGenerateSequences(model, tok), tok, divisor=3)
+    probs = [Problem(uid=f"u{i}", prompt=f"Compute {i}+1.", answer=str(i + 1)) for i in range(3)]
+    graded = []
+
+    def grade(texts, golds):
+        graded.extend(zip(texts, golds))
+        return [(float(t.strip().endswith(g)), "x") for t, g in zip(texts, golds)]
+
+    ctx = RolloutContext(engine=eng, grade=grade, sampling=SamplingParams(1.0, 1.0, 8, 3), step=2,
+                         encode_prompt=lambda pr: tuple(tok.encode(pr.prompt, add_special_tokens=False)))
+    groups = build("grpo", {"n": 4}).rollout(probs, ctx, np.random.default_rng(0))
+    assert [g.n for g in groups] == [4, 4, 4] and len(graded) == 12
+    # a replayed prefix (VSR) and per-item counts, as sample_groups builds them
+    pre = tok.encode("1+1=", add_special_tokens=False)
+    items = [(probs[0], ctx.encode_prompt(probs[0]) + tuple(pre), "1+1=", len(ctx.encode_prompt(probs[0])), "r0"),
+             (probs[1], ctx.encode_prompt(probs[1]), "", len(ctx.encode_prompt(probs[1])), "f1")]
+    gs = ctx.sample_groups(items, [2, 5])
+    assert [g.n for g in gs] == [2, 5] and gs[0].is_replay and not gs[1].is_replay
+    assert all(t.startswith("1+1=") for t in gs[0].texts)
+    assert eng.meter.totals("train_rollout")["sequences"] == 19
+
+
+# ---------------------------------------------------------------- trainer, stage, CLI, script
+
+def test_trainer_module_imports_and_subclasses_verls_trainer():
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices
+
+    assert issubclass(RLVRPPOTrainer, RayPPOTrainer)
+    assert RLVRPPOTrainer._update_actor is not RayPPOTrainer._update_actor
+    loader = torch.utils.data.DataLoader(_Indices(5), batch_size=2, drop_last=True, collate_fn=_collate)
+    assert [b["index"].tolist() for b in loader] == [[0, 1], [2, 3]]
+
+
+def test_train_stage_backend_field_keeps_embedded_cache_keys():
+    from components import lineage
+    from components.stages import train
+
+    for kw in ({}, {"method": "vsr", "steps": 5, "method_config": {"rho": 0.25}}, {"threads": 2}):
+        dump = train.Params(**kw).model_dump(mode="json")
+        # the VERSION-1 Params were TrainConfig + backend + threads: the same dict, the same key
+        before = {**TrainConfig(**{k: v for k, v in kw.items() if k != "threads"}).model_dump(mode="json"),
+                  "backend": "embedded", "threads": kw.get("threads")}
+        assert dump == before
+        assert lineage.cache_key("train", 1, dump, {}) == lineage.cache_key("train", 1, before, {})
+    v = train.Params(backend="verl", n_gpus_per_node=4, verl_overrides=("trainer.nnodes=2",))
+    d = v.model_dump(mode="json")
+    assert d["backend"] == "verl" and d["n_gpus_per_node"] == 4 and d["verl_overrides"] == ["trainer.nnodes=2"]
+    with pytest.raises(ValueError, match="backend"):
+        train.Params(backend="deepspeed")
+
+
+def test_cli_parses_params_and_rejects_bad_input(tmp_path):
+    from components.trainer.verl.__main__ import parse
+
+    dirs = {k: tmp_path / k for k in ("model", "hard", "prefixes")}
+    for d in dirs.values():
+        d.mkdir()
+    inputs = "{" + ", ".join(f'"{k}": "{v}"' for k, v in dirs.items()) + "}"
+    p, ctx = parse(["--params", '{"method": "grpo", "steps": 2}', "--inputs", inputs, "--out", str(tmp_path / "o")])
+    assert p.backend == "verl" and p.steps == 2 and ctx.input("hard") == dirs["hard"].resolve()
+    assert ctx.work_dir == (tmp_path / "o.work").resolve() and ctx.work_dir.is_dir()
+    for argv, msg in [(["--params", '{"stepz": 2}', "--inputs", inputs], "--params: stepz: Extra inputs"),
+                      (["--params", "{", "--inputs", inputs], "--params: not JSON"),
+                      (["--params", "{}", "--inputs", '{"model": "/nope"}'], "--inputs: missing hard, prefixes")]:
+        with pytest.raises(SystemExit) as e:
+            parse(argv + ["--out", str(tmp_path / "o")])
+        assert str(e.value).startswith(msg) and "\n" not in str(e.value)
+
+
+def test_gpu_smoke_script_is_valid_bash_and_calls_existing_modules():
+    script = ROOT / "scripts" / "gpu_smoke.sh"
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = script.read_text()
+    mods = set(re.findall(r"\s-m ([a-z_][\w.]+)", text)) | set(re.findall(r"^from ([\w.]+) import", text, re.M))
+    assert {"components.trainer.verl", "components.engine.vllm"} <= mods
+    for m in mods:
+        assert importlib.util.find_spec(m) is not None, m

@@ -3,7 +3,8 @@
 - ``rlvr sweep FILE [--rerun]``  run a whole sweep DAG in-process (Airflow ``dag.test()``
   on a project-local SQLite metadata DB; no scheduler, no webserver);
 - ``rlvr run-stage NAME --params JSON --inputs JSON``  one cached stage (what an
-  Airflow task or a Kubernetes pod runs); prints the result dict as JSON;
+  Airflow task or a Kubernetes pod runs); prints the result dict as JSON (a pod also
+  writes it to ``--xcom-file /airflow/xcom/return.json`` for KubernetesPodOperator);
 - ``rlvr ui``  the MLflow UI on this project's store;
 - ``rlvr tables SWEEP``  print the latest tables of a sweep.
 
@@ -12,6 +13,7 @@ configuration from the environment at import time, so the environment is set fir
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -140,20 +142,58 @@ def _json_arg(text: str, what: str) -> dict:
     return value
 
 
+RESULT_KEYS = ("stage", "uri", "digest", "run_id", "cache_key", "cached", "summary")  # lineage.run_stage's
+
+
 @app.command("run-stage")
 def run_stage_cmd(name: str = typer.Argument(..., help="stage name"),
                   params: str = typer.Option("{}", "--params", help="JSON object (or @file)"),
                   inputs: str = typer.Option("{}", "--inputs", help="JSON {input name: artifact uri} (or @file)"),
                   sweep_name: str = typer.Option("default", "--sweep", help="MLflow experiment"),
                   parent_run_id: Optional[str] = typer.Option(None, "--parent-run-id"),
-                  force: bool = typer.Option(False, "--force", help="recompute even when cached")) -> None:
+                  force: bool = typer.Option(False, "--force", help="recompute even when cached"),
+                  extra: str = typer.Option("{}", "--extra",
+                                            help="JSON object merged into the result (the DAG cell it is for)"),
+                  xcom_file: Optional[Path] = typer.Option(
+                      None, "--xcom-file", help="also write the result JSON here (a pod: /airflow/xcom/return.json)"),
+                  ) -> None:
     """Run one stage through the cache; print {stage, uri, digest, run_id, cache_key, cached, summary}."""
-    p, i = _json_arg(params, "params"), _json_arg(inputs, "inputs")
+    p, i, x = _json_arg(params, "params"), _json_arg(inputs, "inputs"), _json_arg(extra, "extra")
+    # --extra labels the result with its DAG cell (model, grid key, eval label): a mapped
+    # pod's XCom then says which cell it is, as the local-mode tasks' results do.
+    if clash := sorted(set(x) & set(RESULT_KEYS)):
+        _die(f"--extra: key '{clash[0]}' would overwrite the stage result")
     try:
         result = lineage.run_stage(name, p, i, sweep=sweep_name, parent_run_id=parent_run_id, force=force)
     except lineage.StageError as e:
         _die(str(e))
-    typer.echo(json.dumps(result, sort_keys=True))
+    text = json.dumps({**result, **x}, sort_keys=True)
+    if xcom_file is not None:
+        try:
+            _write_atomic(xcom_file, text + "\n")
+        except OSError as e:  # the stage itself finished and is cached; only the hand-back failed
+            _die(f"--xcom-file: {xcom_file}: {e.strerror or e}", 1)
+    typer.echo(text)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Temp file + rename in the same directory: the XCom sidecar reads the file after the
+    container exits; a pod killed mid-write must leave no file rather than half a JSON."""
+    import tempfile
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a sidecar under another uid
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @app.command()

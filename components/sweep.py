@@ -18,6 +18,8 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     benchmarks: [math500, aime24]   # also evaluate every model on these (label "<key>@<bench>")
     heldout_eval: true              # and on the held-out split (the default)
     retries: 2
+    kubernetes: {resources: {train: {gpus: 4}}}   # executor: kubernetes only; defaults in
+                                                   # components/k8s/settings.py
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from components.k8s.settings import KubernetesSettings
 
 # Fallback while components.methods.registry does not exist (or fails to import):
 # the sweep file must stay loadable by the DAG parser regardless.
@@ -106,6 +110,9 @@ class Sweep(_Strict):
     heldout_eval: bool = True
     retries: int = Field(default=2, ge=0, le=20)
     retry_delay_s: float = Field(default=5.0, ge=0)
+    # GPU stage pods (image, template, resources) when executor is kubernetes; filled with
+    # the defaults then, so the logged sweep config shows what the pods really get.
+    kubernetes: KubernetesSettings | None = None
 
     @field_validator("name")
     @classmethod
@@ -146,6 +153,12 @@ class Sweep(_Strict):
                 if b not in BENCHMARKS:
                     raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(sorted(BENCHMARKS))})")
         return v
+
+    @model_validator(mode="after")
+    def _kubernetes_defaults(self) -> "Sweep":
+        if self.executor == "kubernetes" and self.kubernetes is None:
+            self.kubernetes = KubernetesSettings()
+        return self
 
     @model_validator(mode="after")
     def _some_eval(self) -> "Sweep":

@@ -10,6 +10,17 @@ inside its body, and the stage modules (torch) are imported by run_stage only wh
 the stage really runs. Every task is a thin call of ``run_stage``; its cache makes
 a retry or a cleared task cheap, and only small dicts (URIs, run ids) go to XCom.
 
+``executor: kubernetes`` (``_gpu_pods``): the GPU stages filter_hard, train and evaluate
+are KubernetesPodOperator tasks running ``rlvr run-stage`` in the trainer image from the
+pod template ``manifests/base/pod-templates/gpu-stage.yaml``, one pod per model / grid
+cell / eval cell (``components/k8s/pods.py`` builds the specs, the sweep's
+``kubernetes:`` block sizes them). Every other task (start/end of the sweep run,
+prepare_data, pretrain = download or registration of a hub model, seed_prefixes, tokens,
+tables, and the small ``*_args`` tasks) stays a Python task: under Airflow's
+KubernetesExecutor each task already gets its own worker pod in the pipeline image,
+which mounts the same ``rlvr-artifacts`` volume at RLVR_HOME=/rlvr. The provider is
+imported only when such a sweep is built. Local mode builds exactly the tasks above.
+
 A broken sweep file never breaks the others: its one-line SweepError is kept in
 ``SWEEP_ERRORS``, emitted as a parse warning, and shown as a placeholder DAG
 ``rlvr_invalid_<file stem>`` whose description is the error and whose single task
@@ -152,16 +163,78 @@ def build_dag(cfg: Sweep, source: Path):
         parent = start_sweep()
         data = prepare_data(parent)
         models = pretrain(parent, data)
-        hard = filter_hard(parent, data, models)
-        prefixes = seed_prefixes(parent, hard)
-        trains = train.partial(parent=parent, models=models, hard=hard, prefixes=prefixes).expand(cell=cfg.grid())
-        evals = evaluate.partial(parent=parent, hard=hard).expand(spec=eval_plan(trains, models))
+        if cfg.executor == "kubernetes":
+            trains, evals = _gpu_pods(cfg, parent, data, models)
+        else:
+            hard = filter_hard(parent, data, models)
+            prefixes = seed_prefixes(parent, hard)
+            trains = train.partial(parent=parent, models=models, hard=hard, prefixes=prefixes).expand(cell=cfg.grid())
+            evals = evaluate.partial(parent=parent, hard=hard).expand(spec=eval_plan(trains, models))
         tabs = tables(parent, evals, trains, tokens(parent, trains))
         end = end_sweep(parent)
         tabs >> end
         end.as_teardown(setups=parent)
 
     return sweep_dag()
+
+
+def _gpu_pods(cfg: Sweep, parent, data, models):
+    """Kubernetes mode: filter_hard, train and evaluate as KubernetesPodOperator tasks, one
+    pod per model / grid cell / eval cell (dynamic task mapping). Their argument lists need
+    the upstream artifact URIs, so small ``*_args`` tasks build them at run time; each
+    pod's result comes back through the XCom sidecar, labelled with its cell (``--extra``)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from components.k8s import pods  # the provider and the kubernetes client: kubernetes sweeps only
+
+    name, st, ks = cfg.name, cfg.stages, cfg.kubernetes
+    pod_op = pods.operator_class()
+
+    def pod(stage: str, params: dict, inputs: dict, parent: str, cell: str, extra: dict) -> dict:
+        return pods.pod_kwargs(ks, stage, params, inputs, sweep=name, parent=parent, cell=cell, extra=extra)
+
+    def by_model(results) -> dict:
+        return {r["model"]: r for r in _items(results)}
+
+    @task
+    def filter_hard_args(parent: str, data: dict, models: dict) -> list[dict]:
+        try:  # fail here, in a CPU worker, not as an empty pod on a GPU node
+            pods.check_template(ks)
+        except pods.PodSpecError as e:
+            raise AirflowFailException(f"{name}: {e}") from None
+        return [pod("filter_hard", st.filter_hard, {"data": data["uri"], "model": models[m]["uri"]},
+                    parent, slug(m), {"model": m}) for m in cfg.models]
+
+    @task(task_id="seed_prefixes")
+    def seed_prefixes_cpu(parent: str, hard: list) -> dict:
+        return {m: _stage("seed_prefixes", st.seed_prefixes, {"hard": h["uri"]}, name, parent)
+                for m, h in by_model(hard).items()}
+
+    @task
+    def train_args(parent: str, models: dict, hard: list, prefixes: dict) -> list[dict]:
+        hard = by_model(hard)
+        return [pod("train", cfg.train_params(c["method"], c["seed"]),
+                    {"model": models[c["model"]]["uri"], "hard": hard[c["model"]]["uri"],
+                     "prefixes": prefixes[c["model"]]["uri"]}, parent, c["key"], c) for c in cfg.grid()]
+
+    @task(task_id="eval_plan")
+    def eval_args(parent: str, trains: list, models: dict, hard: list) -> list[dict]:
+        """As local mode's eval_plan, one pod per (trained or base model) x eval target."""
+        uris = {t["key"]: t["uri"] for t in _items(trains)}
+        uris.update({f"{slug(m)}-base": models[m]["uri"] for m in cfg.models})
+        hard = by_model(hard)
+        return [pod("evaluate", cfg.evaluate_params(c["label"], c["benchmark"]),
+                    {"model": uris[c["key"]], "hard": hard[c["model"]]["uri"]}, parent, c["label"],
+                    {"label": c["label"]}) for c in cfg.eval_cells() if c["key"] in uris]
+
+    hard = pod_op.partial(**pods.partial_kwargs(ks, "filter_hard")).expand_kwargs(
+        filter_hard_args(parent, data, models)).output  # the XComArg of all mapped results
+    prefixes = seed_prefixes_cpu(parent, hard)
+    trains = pod_op.partial(**pods.partial_kwargs(ks, "train")).expand_kwargs(
+        train_args(parent, models, hard, prefixes)).output
+    evals = pod_op.partial(**pods.partial_kwargs(ks, "evaluate")).expand_kwargs(
+        eval_args(parent, trains, models, hard)).output
+    return trains, evals
 
 
 def _invalid_dag(path: Path, message: str):

@@ -84,7 +84,7 @@ def rollouts_plot(runs: Sequence[Run], target: float, path: Path, baseline: str 
     colors: dict[str, str] = {}
     for s, h in runs:
         pts = accuracy_vs_rollouts(h)
-        if not pts:
+        if not pts or pts[-1][0] == 0:   # no rollouts generated (SFT): nothing to place on this axis
             continue
         c = colors.setdefault(s["method"], f"C{len(colors)}")
         xs, ys = zip(*pts)

@@ -55,22 +55,17 @@ echo "== 3. evaluate (vLLM engine) on the GRPO model"
 "$PY" - "$WORK" <<'PYEOF'
 import json, sys
 from pathlib import Path
-from components.engine.vllm import VLLMEngine
-from components.stages import common, evaluate
+from components.stages import evaluate
 from components.stages.base import NullTracker, StageContext
 
 work = Path(sys.argv[1])
 model_dir = work / "train-grpo"
-# the evaluate stage's own code, with its engine factory pointed at vLLM
-# (until evaluate gains an ``engine`` param; see the verl README section)
-common.make_engine = lambda model, tok, meter: VLLMEngine(str(model_dir / "model"), meter=meter,
-                                                          gpu_memory_utilization=0.3, dtype="float32")
 out = work / "eval-grpo"
 out.mkdir(exist_ok=True)
 ctx = StageContext(out_dir=out, work_dir=work / "eval-work", inputs={"model": model_dir, "hard": work / "hard"},
                    tracker=NullTracker())
 summary = evaluate.run(evaluate.Params(label="grpo-verl", samples_per_seed=4, seeds=[0], pass_ks=[1, 4],
-                                       max_new_tokens=64), ctx)
+                                       max_new_tokens=64, engine="vllm"), ctx)
 print(json.dumps(summary, indent=2))
 PYEOF
 

@@ -164,3 +164,19 @@ def test_openr1_filter_seed_and_train_with_a_pretrained_chat_model(home):
     assert any(h["groups/replay_frac"] > 0 for h in steps)
     tok = load_tokenizer_any(out / "model")
     assert type(tok).__name__ == "Qwen2Tokenizer"            # the trained model keeps its tokenizer
+
+
+def test_engine_param_keeps_old_keys_and_vllm_fails_with_one_line_here(tmp_path):
+    from components.engine.base import TokenMeter
+    from components.stages import evaluate, filter_hard
+    from components.stages.common import open_engine
+
+    for mod in (evaluate, filter_hard):
+        assert "engine" not in mod.Params().model_dump()            # default hf: cache keys unchanged
+        assert mod.Params(engine="vllm").model_dump()["engine"] == "vllm"
+    model = build_chat_model_dir(tmp_path / "chat")
+    engine, tok = open_engine(model, TokenMeter(), "hf")
+    assert type(engine).__name__ == "HFEngine" and tok.eos_token == "<|im_end|>"
+    with pytest.raises(ImportError) as e:                               # no vllm in the CPU environment
+        open_engine(model, TokenMeter(), "vllm")
+    assert "vllm is not installed" in str(e.value) and "\n" not in str(e.value)

@@ -31,6 +31,23 @@ def make_engine(model, tokenizer, meter):
     return HFEngine(model, tokenizer, meter=meter)
 
 
+def open_engine(model_artifact: Path, meter, engine: str = "hf"):
+    """(rollout engine, tokenizer) for a model artifact. ``hf``: transformers on this
+    machine's device; ``vllm``: vLLM on a GPU (the trainer image) -- the torch weights are
+    then never loaded in this process, only the tokenizer."""
+    from components.hf_models import load_tokenizer_any, model_dir_of
+
+    if engine == "vllm":
+        from components.engine.vllm import VLLMEngine
+
+        d = model_dir_of(model_artifact)
+        return VLLMEngine(str(d), meter=meter), load_tokenizer_any(d)
+    if engine != "hf":
+        raise ValueError(f"unknown engine '{engine}' (hf | vllm)")
+    model, tok = load_model(model_artifact)
+    return make_engine(model, tok, meter), tok
+
+
 def grade_fn(timeout_s: float = 5.0, workers: int = 2):
     """(texts, golds) -> [(score, reason)] through the math-verify worker pool."""
     from components.reward.grader import Grader

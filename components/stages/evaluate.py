@@ -35,7 +35,7 @@ PROTOCOLS: dict[str, dict] = {
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("benchmark", "protocol")
+    ADDED_FIELDS = ("benchmark", "protocol", "engine")
     label: str = "base"
     split: Literal["heldout", "train"] = "heldout"
     samples_per_seed: int = Field(8, ge=1)
@@ -53,6 +53,7 @@ class Params(StageParams):
     # wired by the DAG, unused then). None = the held-out split, as before.
     benchmark: str | None = None
     protocol: Literal["vsr", "vigor", "vip"] | None = None
+    engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
 
     @model_validator(mode="before")
     @classmethod
@@ -78,11 +79,10 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.data.schema import read_problems
     from components.engine.base import Request, SamplingParams, TokenMeter
     from components.reward.grader import extract_boxed
-    from components.stages.common import grade_fn, load_model, set_threads, make_engine, write_json
+    from components.stages.common import grade_fn, open_engine, set_threads, write_json
 
     set_threads(params.threads)
     model_dir = ctx.input("model")
-    model, tok = load_model(model_dir)
     train_summary = json.loads((model_dir / "summary.json").read_text()) if (model_dir / "summary.json").is_file() else {}
     if params.benchmark is not None:
         from components.data.benchmarks import load_benchmark
@@ -94,7 +94,8 @@ def run(params: Params, ctx: StageContext) -> dict:
         if not problems:
             raise ValueError(f"evaluate: {ctx.input('hard')}/{params.split}.jsonl has no problems")
     meter = TokenMeter(stage="evaluate", label=params.label)
-    engine, grade = make_engine(model, tok, meter), grade_fn(params.grading_timeout_s)
+    engine, tok = open_engine(model_dir, meter, params.engine)
+    grade = grade_fn(params.grading_timeout_s)
     correct = {p.uid: [] for p in problems}
     answers = {p.uid: [] for p in problems}
     per_seed = []

@@ -25,7 +25,7 @@ INPUTS = ("data", "model")
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("prompt_template",)
+    ADDED_FIELDS = ("prompt_template", "engine")
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -40,6 +40,7 @@ class Params(StageParams):
     # "chat" for an instruction-tuned base policy (the papers' Qwen/Llama models): the same
     # rendering the train and evaluate stages use, so "hard" means hard in that format
     prompt_template: Literal["raw", "chat"] = "raw"
+    engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
 
     @model_validator(mode="after")
     def _c_below_k(self):
@@ -81,12 +82,12 @@ def run(params: Params, ctx: StageContext) -> dict:
 
     from components.data.schema import read_problems, write_problems
     from components.engine.base import TokenMeter
-    from components.stages.common import grade_fn, load_model, make_engine, set_threads, write_json
+    from components.stages.common import grade_fn, open_engine, set_threads, write_json
 
     set_threads(params.threads)
-    model, tok = load_model(ctx.input("model"))
     meter = TokenMeter(stage="filter_hard")
-    engine, grade = make_engine(model, tok, meter), grade_fn()
+    engine, tok = open_engine(ctx.input("model"), meter, params.engine)
+    grade = grade_fn()
     out, hist = {}, {}
     try:
         for split, fname, cap, seed in (("train", "train_pool.jsonl", params.max_prompts, params.seed),

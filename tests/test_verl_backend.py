@@ -309,6 +309,7 @@ def test_gpu_smoke_script_is_valid_bash_and_calls_existing_modules():
     assert r.returncode == 0, r.stderr
     text = script.read_text()
     mods = set(re.findall(r"\s-m ([a-z_][\w.]+)", text)) | set(re.findall(r"^from ([\w.]+) import", text, re.M))
-    assert {"components.trainer.verl", "components.engine.vllm"} <= mods
+    assert {"components.trainer.verl", "components.stages"} <= mods
+    assert 'engine="vllm"' in text                     # the evaluate stage runs on the vLLM engine
     for m in mods:
         assert importlib.util.find_spec(m) is not None, m

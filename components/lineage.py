@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import hashlib
 import importlib
@@ -385,6 +386,7 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     run_id = c.create_run(exp_id, tags=tags, run_name=tags["mlflow.runName"]).info.run_id
+    _close_dead_attempts(key, run_id)
     tracker = MlflowTracker(run_id)
     final = artifact_dir(name, key)
     # a killed attempt (kill -9, OOM) leaves its temporary dir behind; we hold the key's
@@ -392,6 +394,7 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -
     for stale in final.parent.glob(f"{final.name}.tmp-*") if final.parent.is_dir() else ():
         shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex}")
+    placed = False
     try:
         tracker.log_params(pdict)
         _log_inputs(run_id, resolved)
@@ -409,18 +412,51 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id) -
                     "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
         _write_manifest(tmp, manifest)  # last: its presence marks the artifact complete
         _move_into_place(tmp, final)
+        placed = True
         _log_small_artifacts(tracker, final)
         tracker.set_tags({"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]})
         c.set_terminated(run_id, "FINISHED")
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if placed:  # its run is not FINISHED: a verified manifest must not outlive it
+            shutil.rmtree(final, ignore_errors=True)
+        err = _disk_error(name, e, tmp)
         with contextlib.suppress(Exception):
-            tracker.set_tags({"rlvr.error": _one_line(f"{type(e).__name__}: {e}")})
+            tracker.set_tags({"rlvr.error": _one_line(f"{type(err or e).__name__}: {err or e}")})
             c.set_terminated(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        if err is not None:
+            raise err from e
         raise
     shutil.rmtree(work_dir(name, key), ignore_errors=True)  # checkpoints are moot once final
     return {"stage": name, "uri": str(final), "digest": manifest["digest"], "run_id": run_id,
             "cache_key": key, "cached": False, "summary": summary}
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+
+
+def _disk_error(stage: str, e: BaseException, tmp: Path) -> OSError | None:
+    """A full / read-only / failing disk, as one line naming the stage and where it was
+    writing (``write()`` errors carry no file name). Still an OSError with its errno, so
+    that a retry (after space is freed) remains possible."""
+    if not isinstance(e, OSError) or e.errno not in _DISK_ERRNOS:
+        return None
+    where = e.filename or tmp
+    return OSError(e.errno, f"stage '{stage}': cannot write its artifact ({os.strerror(e.errno)}) at {where}; "
+                            "nothing was marked finished")
+
+
+def _close_dead_attempts(key: str, run_id: str) -> None:
+    """Runs of this key still RUNNING belong to attempts that died without closing them
+    (kill -9, OOM, lost pod): we hold the key's lock, so none is alive. Mark them FAILED."""
+    c = client()
+    exp_ids = [e.experiment_id for e in c.search_experiments()]
+    for r in c.search_runs(exp_ids, f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'RUNNING'",
+                           max_results=1000):
+        if r.info.run_id != run_id:
+            with contextlib.suppress(Exception):
+                c.set_tag(r.info.run_id, "rlvr.error", f"attempt died before finishing; superseded by run {run_id}")
+                c.set_terminated(r.info.run_id, "FAILED")
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:

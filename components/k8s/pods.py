@@ -38,6 +38,7 @@ BASE_CONTAINER = "base"                     # the container name KubernetesPodOp
 CELL_ANNOTATION = "rlvr/cell"
 MAP_INDEX_TEMPLATE = "{{ task.annotations['rlvr/cell'] }}"
 _MAX_LABEL = 63
+_MAX_NAME = 63 - 9  # pod names are cut to 63 with a '-' + 8-character random suffix
 
 
 class PodSpecError(ValueError):
@@ -83,18 +84,30 @@ def pod_name(stage: str, cell: str) -> str:
     """'rlvr-train-qwen2.5-7b-instruct-vsr-s0' style (a DNS label once the operator adds its
     random suffix, which keeps retries and same-prefix cells apart)."""
     base = re.sub(r"[^a-z0-9]+", "-", f"rlvr-{stage}-{cell}".lower()).strip("-")
-    return base[:50].rstrip("-")
+    return base[:_MAX_NAME].rstrip("-")
+
+
+_JINJA_OPEN = re.compile(r"\{(?=[{%#])")
+
+
+def template_safe_json(obj: Any) -> str:
+    """JSON that Jinja leaves alone. Airflow renders a mapped operator's list and dict
+    kwargs as templates even when they come from XCom, so a param string holding '{{' or
+    '{%' would be evaluated (or fail to parse). Such a '{' can only sit inside a JSON
+    string (a structural one is always followed by '"' or '}'), where the escape
+    \\u007b reads back as the same '{'."""
+    return _JINJA_OPEN.sub(r"\\u007b", json.dumps(obj, sort_keys=True))
 
 
 def run_stage_args(stage: str, params: dict, inputs: dict, *, sweep: str, parent: str | None,
                    extra: dict | None = None) -> list[str]:
     """Arguments of the ``rlvr`` entry point (the container command) for one stage."""
-    args = ["run-stage", stage, "--params", json.dumps(params, sort_keys=True),
-            "--inputs", json.dumps(inputs, sort_keys=True), "--sweep", sweep]
+    args = ["run-stage", stage, "--params", template_safe_json(params),
+            "--inputs", template_safe_json(inputs), "--sweep", sweep]
     if parent:
         args += ["--parent-run-id", parent]
     if extra:
-        args += ["--extra", json.dumps(extra, sort_keys=True)]
+        args += ["--extra", template_safe_json(extra)]
     return args + ["--xcom-file", XCOM_FILE]
 
 

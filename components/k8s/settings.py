@@ -48,6 +48,14 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RESERVED_ENV = ("RLVR_PARENT_RUN_ID", "RLVR_SWEEP", "RLVR_STAGE", "MLFLOW_TRACKING_URI")
 
 
+def _no_jinja(text: str) -> str:
+    # Pod env values reach KubernetesPodOperator as mapped kwargs, which Airflow renders
+    # as Jinja templates: '{{ ... }}' would be evaluated, not passed on.
+    if re.search(r"\{[{%#]", text):
+        raise ValueError(f"{text!r}: '{{{{', '{{%' and '{{#' would be rendered by Airflow's templating")
+    return text
+
+
 def quantity(text: str) -> float:
     """'64Gi' -> 68719476736.0, '500m' -> 0.5; ValueError for anything else."""
     m = _QUANTITY.match(str(text))
@@ -123,7 +131,13 @@ class KubernetesSettings(_Strict):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
             if k in RESERVED_ENV:
                 raise ValueError(f"{k} is set by the DAG (use tracking_uri for MLFLOW_TRACKING_URI)")
+            _no_jinja(v[k])
         return v
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _tracking_uri(cls, v: str | None) -> str | None:
+        return None if v is None else _no_jinja(v)
 
     @field_validator("resources", mode="before")
     @classmethod

@@ -1,0 +1,120 @@
+"""Subprocess half of tests/test_k8s_dag.py (Airflow fixes its configuration at first
+import, so it runs in a fresh process with its own AIRFLOW_HOME).
+
+Builds every sweep DAG through a DagBag, as the scheduler does, then walks the GPU path
+of each kubernetes sweep with fake upstream results (the dicts ``rlvr run-stage`` prints):
+
+- every ``*_args`` task's own callable gives the mapped kwargs of every pod;
+- for the first and last pod of each GPU stage, the mapped operator renders itself with
+  a fake XCom context (``render_template_fields`` unmaps it, as a worker does), then the
+  operator's ``build_pod_request_obj`` builds the Pod. Only two per stage: the provider
+  takes ~0.5 s a pod here, and what differs between a stage's pods (the mapped kwargs)
+  is checked for every pod from the ``*_args`` output.
+
+Prints one JSON report on its last stdout line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from types import SimpleNamespace
+
+from airflow.dag_processing.dagbag import DagBag
+
+RUN_ID = "manual__2025-01-01T00:00:00+00:00"
+PARENT = "0123456789abcdef0123456789abcdef"
+HEAVY = ("torch", "transformers", "mlflow", "vllm")
+
+
+class FakeTI(SimpleNamespace):
+    """What the mapped operator and the pod builder read from a task instance: its
+    identity, and the upstream XCom (the ``*_args`` task's list) through xcom_pull."""
+
+    def xcom_pull(self, task_ids=None, key="return_value", default=None, map_indexes=None, **_):
+        return self.xcoms[task_ids]
+
+
+def artifact(stage: str, tag: str) -> dict:
+    """A stage result as `rlvr run-stage` prints it, under a pod's RLVR_HOME=/rlvr."""
+    key = hashlib.sha256(f"{stage}/{tag}".encode()).hexdigest()
+    return {"stage": stage, "uri": f"/rlvr/artifacts/{stage}/{key}", "digest": key[::-1], "run_id": key[:32],
+            "cache_key": key, "cached": False, "summary": {}}
+
+
+def pod_result(kwargs: dict) -> dict:
+    """What that pod hands back through the sidecar: the result merged with its --extra."""
+    args = kwargs["arguments"]
+    extra = json.loads(args[args.index("--extra") + 1])
+    return {**artifact(args[1], args[args.index("--extra") + 1]), **extra}
+
+
+def render(dag, stage: str, kwargs_list: list[dict], args_task: str) -> list[dict]:
+    from kubernetes.client import ApiClient
+
+    mapped = dag.get_task(stage)
+    out = []
+    for i in sorted({0, len(kwargs_list) - 1}):
+        ti = FakeTI(dag_id=dag.dag_id, task_id=stage, map_index=i, try_number=1, run_id=RUN_ID,
+                    xcoms={args_task: kwargs_list})
+        ctx = {"ti": ti, "task": mapped, "run_id": RUN_ID, "dag": dag, "dag_run": SimpleNamespace(conf={}),
+               "params": {}, "ds": "2025-01-01"}
+        mapped.render_template_fields(ctx)  # unmaps into ctx["task"] and renders its template fields
+        op = ctx["task"]
+        pod = op.build_pod_request_obj(ctx, dry_run=True)
+        out.append({
+            "index": i, "pod": ApiClient().sanitize_for_serialization(pod),
+            "map_index": dag.get_template_env().from_string(mapped.map_index_template).render(ctx),
+            "operator": {"class": type(op).__name__, "do_xcom_push": op.do_xcom_push, "durable": op.durable,
+                         "on_finish_action": op.on_finish_action.value, "retries": op.retries,
+                         "retry_delay_s": op.retry_delay.total_seconds(), "get_logs": op.get_logs,
+                         "startup_timeout_s": op.startup_timeout_seconds}})
+    return out
+
+
+def gpu_path(dag, models: list[str]) -> dict:
+    """filter_hard pods, then the train pods their results feed, then the evaluate pods."""
+    def call(task_id, **kw):
+        return dag.get_task(task_id).python_callable(**kw)
+
+    data = artifact("prepare_data", "x")
+    base = {m: artifact("pretrain", m) for m in models}
+    fh_args = call("filter_hard_args", parent=PARENT, data=data, models=base)
+    hard = [pod_result(k) for k in fh_args]
+    prefixes = {m: artifact("seed_prefixes", m) for m in models}
+    tr_args = call("train_args", parent=PARENT, models=base, hard=hard, prefixes=prefixes)
+    trains = [pod_result(k) for k in tr_args]
+    ev_args = call("eval_plan", parent=PARENT, trains=trains, models=base, hard=hard)
+    return {"upstream": {"data": data, "models": base, "hard": hard, "prefixes": prefixes, "trains": trains},
+            "args": {"filter_hard": fh_args, "train": tr_args, "evaluate": ev_args},
+            "pods": {"filter_hard": render(dag, "filter_hard", fh_args, "filter_hard_args"),
+                     "train": render(dag, "train", tr_args, "train_args"),
+                     "evaluate": render(dag, "evaluate", ev_args, "eval_plan")}}
+
+
+def main() -> None:
+    t0 = time.time()
+    bag = DagBag(dag_folder=sys.argv[1])
+    report = {"import_errors": {k: str(v)[-2000:] for k, v in bag.import_errors.items()},
+              "heavy": [m for m in HEAVY if m in sys.modules], "parse_s": time.time() - t0, "dags": {}}
+    from components.sweep import load_sweep
+    mod = next(m for m in list(sys.modules.values()) if hasattr(m, "SWEEP_FILES") and hasattr(m, "build_dag"))
+    for dag_id, dag in sorted(bag.dags.items()):
+        entry = {"tags": sorted(dag.tags), "tasks": {t.task_id: {
+            "class": type(t).__name__, "operator": getattr(getattr(t, "operator_class", None), "__name__", None),
+            "mapped": bool(getattr(t, "is_mapped", False)), "upstream": sorted(t.upstream_task_ids),
+            "setup": t.is_setup, "teardown": t.is_teardown, "map_index_template": t.map_index_template,
+            "retries": t.retries} for t in dag.tasks}}
+        if "kubernetes" in dag.tags and dag_id in mod.SWEEP_FILES:
+            try:
+                entry.update(gpu_path(dag, load_sweep(mod.SWEEP_FILES[dag_id]).models))
+            except Exception as e:  # noqa: BLE001 - reported, the test decides
+                entry["error"] = f"{type(e).__name__}: {e}"
+        report["dags"][dag_id] = entry
+    report["total_s"] = time.time() - t0
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

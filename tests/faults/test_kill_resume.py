@@ -22,7 +22,7 @@ from components import lineage
 
 from .conftest import FAULT_STAGES, make_home, subprocess_env
 
-STEPS = 6
+STEPS = 5
 METHODS = {
     "vsr": {"n": 4, "rho": 0.5},
     "greso": {"n": 4},

@@ -1,6 +1,6 @@
 """The DAG's kubernetes mode, offline: the three paper-scale sweeps (executor: kubernetes)
 build their DAGs, and the GPU pods they would create are rendered by
-KubernetesPodOperator's own code (tests/k8s_render_probe.py, in a subprocess) and checked:
+KubernetesPodOperator's own code (components/k8s/dryrun.py, in a subprocess) and checked:
 a real `rlvr run-stage` line whose params validate against the real stages, the pod
 template's volumes / security context / GPU scheduling, the XCom sidecar, env and labels,
 all validated against the Kubernetes API schema. Local-mode DAGs keep their exact shape.
@@ -24,11 +24,10 @@ from components.k8s.settings import DEFAULT_RESOURCES
 from components.sweep import load_sweep, slug
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 DAGS = REPO / "dags"
 PAPER = ("vsr_table1", "vigor_table1", "vip_table")
 GPU = ("filter_hard", "train", "evaluate")
-PARENT = "0123456789abcdef0123456789abcdef"  # the probe's start_sweep result
+PARENT = "0123456789abcdef0123456789abcdef"  # the dry run's placeholder start_sweep result
 TEMPLATE_VOLUMES = {"artifacts": "rlvr-artifacts", "checkpoints": "rlvr-checkpoints", "model-cache": "rlvr-model-cache"}
 MOUNTS = {"artifacts": "/rlvr", "checkpoints": "/rlvr/work", "model-cache": "/models", "dshm": "/dev/shm",
           "tmp": "/tmp", "xcom": "/airflow/xcom"}
@@ -97,7 +96,7 @@ def report(tmp_path_factory):
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR", "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
                 "RLVR_EXTRA_SWEEPS": os.pathsep.join(str(root / f) for f in ("k8s_custom.yaml", "k8s_notemplate.yaml")),
                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
-    out = subprocess.run([sys.executable, str(TESTS / "k8s_render_probe.py"), str(DAGS)], cwd=root, env=env,
+    out = subprocess.run([sys.executable, "-m", "components.k8s.dryrun", str(DAGS)], cwd=root, env=env,
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-4000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,17 +1,22 @@
-"""Subprocess half of tests/test_k8s_dag.py (Airflow fixes its configuration at first
-import, so it runs in a fresh process with its own AIRFLOW_HOME).
+"""Dry run of a kubernetes sweep's GPU pods: no cluster, no DAG run, no stage executed.
+
+    python -m components.k8s.dryrun [DAGS_FOLDER] [--all]
 
 Builds every sweep DAG through a DagBag, as the scheduler does, then walks the GPU path
-of each kubernetes sweep with fake upstream results (the dicts ``rlvr run-stage`` prints):
+of each kubernetes sweep with placeholder upstream results (dicts shaped like what
+``rlvr run-stage`` prints, with URIs under /rlvr/artifacts that do not exist):
 
 - every ``*_args`` task's own callable gives the mapped kwargs of every pod;
-- for the first and last pod of each GPU stage, the mapped operator renders itself with
-  a fake XCom context (``render_template_fields`` unmaps it, as a worker does), then the
-  operator's ``build_pod_request_obj`` builds the Pod. Only two per stage: the provider
-  takes ~0.5 s a pod here, and what differs between a stage's pods (the mapped kwargs)
-  is checked for every pod from the ``*_args`` output.
+- the mapped operator renders itself with a stand-in task instance whose XCom is that
+  list (``render_template_fields`` unmaps it, as a worker does), then the operator's
+  ``build_pod_request_obj`` builds the Pod. By default only for the first and last pod
+  of each GPU stage (the provider takes ~0.5 s a pod; what differs between a stage's
+  pods is its mapped kwargs, all of which are in the report); ``--all`` renders all.
 
-Prints one JSON report on its last stdout line.
+Prints one JSON report on its last stdout line (DAG shapes, mapped kwargs, Pods as the
+API would receive them; ``pods[...][i]["pod"]`` can go to ``kubectl apply --dry-run=server``).
+Airflow fixes its configuration at first import: run it in its own process with the
+AIRFLOW_HOME you want. tests/test_k8s_dag.py checks its output.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import hashlib
 import json
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from airflow.dag_processing.dagbag import DagBag
@@ -28,7 +34,7 @@ PARENT = "0123456789abcdef0123456789abcdef"
 HEAVY = ("torch", "transformers", "mlflow", "vllm")
 
 
-class FakeTI(SimpleNamespace):
+class StandInTI(SimpleNamespace):
     """What the mapped operator and the pod builder read from a task instance: its
     identity, and the upstream XCom (the ``*_args`` task's list) through xcom_pull."""
 
@@ -37,26 +43,26 @@ class FakeTI(SimpleNamespace):
 
 
 def artifact(stage: str, tag: str) -> dict:
-    """A stage result as `rlvr run-stage` prints it, under a pod's RLVR_HOME=/rlvr."""
+    """A placeholder stage result shaped like `rlvr run-stage`'s, under a pod's RLVR_HOME=/rlvr."""
     key = hashlib.sha256(f"{stage}/{tag}".encode()).hexdigest()
     return {"stage": stage, "uri": f"/rlvr/artifacts/{stage}/{key}", "digest": key[::-1], "run_id": key[:32],
             "cache_key": key, "cached": False, "summary": {}}
 
 
 def pod_result(kwargs: dict) -> dict:
-    """What that pod hands back through the sidecar: the result merged with its --extra."""
+    """What that pod would hand back through the sidecar: a result merged with its --extra."""
     args = kwargs["arguments"]
     extra = json.loads(args[args.index("--extra") + 1])
     return {**artifact(args[1], args[args.index("--extra") + 1]), **extra}
 
 
-def render(dag, stage: str, kwargs_list: list[dict], args_task: str) -> list[dict]:
+def render(dag, stage: str, kwargs_list: list[dict], args_task: str, every: bool = False) -> list[dict]:
     from kubernetes.client import ApiClient
 
     mapped = dag.get_task(stage)
     out = []
-    for i in sorted({0, len(kwargs_list) - 1}):
-        ti = FakeTI(dag_id=dag.dag_id, task_id=stage, map_index=i, try_number=1, run_id=RUN_ID,
+    for i in (range(len(kwargs_list)) if every else sorted({0, len(kwargs_list) - 1})):
+        ti = StandInTI(dag_id=dag.dag_id, task_id=stage, map_index=i, try_number=1, run_id=RUN_ID,
                     xcoms={args_task: kwargs_list})
         ctx = {"ti": ti, "task": mapped, "run_id": RUN_ID, "dag": dag, "dag_run": SimpleNamespace(conf={}),
                "params": {}, "ds": "2025-01-01"}
@@ -73,7 +79,7 @@ def render(dag, stage: str, kwargs_list: list[dict], args_task: str) -> list[dic
     return out
 
 
-def gpu_path(dag, models: list[str]) -> dict:
+def gpu_path(dag, models: list[str], every: bool = False) -> dict:
     """filter_hard pods, then the train pods their results feed, then the evaluate pods."""
     def call(task_id, **kw):
         return dag.get_task(task_id).python_callable(**kw)
@@ -88,14 +94,16 @@ def gpu_path(dag, models: list[str]) -> dict:
     ev_args = call("eval_plan", parent=PARENT, trains=trains, models=base, hard=hard)
     return {"upstream": {"data": data, "models": base, "hard": hard, "prefixes": prefixes, "trains": trains},
             "args": {"filter_hard": fh_args, "train": tr_args, "evaluate": ev_args},
-            "pods": {"filter_hard": render(dag, "filter_hard", fh_args, "filter_hard_args"),
-                     "train": render(dag, "train", tr_args, "train_args"),
-                     "evaluate": render(dag, "evaluate", ev_args, "eval_plan")}}
+            "pods": {"filter_hard": render(dag, "filter_hard", fh_args, "filter_hard_args", every),
+                     "train": render(dag, "train", tr_args, "train_args", every),
+                     "evaluate": render(dag, "evaluate", ev_args, "eval_plan", every)}}
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    every = "--all" in argv
+    folder = next((a for a in argv if not a.startswith("--")), str(Path(__file__).resolve().parents[2] / "dags"))
     t0 = time.time()
-    bag = DagBag(dag_folder=sys.argv[1])
+    bag = DagBag(dag_folder=folder)
     report = {"import_errors": {k: str(v)[-2000:] for k, v in bag.import_errors.items()},
               "heavy": [m for m in HEAVY if m in sys.modules], "parse_s": time.time() - t0, "dags": {}}
     from components.sweep import load_sweep
@@ -108,7 +116,7 @@ def main() -> None:
             "retries": t.retries} for t in dag.tasks}}
         if "kubernetes" in dag.tags and dag_id in mod.SWEEP_FILES:
             try:
-                entry.update(gpu_path(dag, load_sweep(mod.SWEEP_FILES[dag_id]).models))
+                entry.update(gpu_path(dag, load_sweep(mod.SWEEP_FILES[dag_id]).models, every))
             except Exception as e:  # noqa: BLE001 - reported, the test decides
                 entry["error"] = f"{type(e).__name__}: {e}"
         report["dags"][dag_id] = entry
@@ -117,4 +125,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -107,27 +107,51 @@ class VSR:
                     cuts.add(i)
         return sorted(c for c in cuts if 0 < c < L)
 
+    def _state_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Every replayable state, vectorised: (uids in sorted order, trajectory index per
+        state, cut position per state, score per state), ordered by (uid, cut). With
+        ``cut_points: fractions`` the cuts of a trajectory depend on its length only, so a
+        1M-state buffer is scored with array ops; the per-state values equal the scalar
+        ``cut_positions`` / ``sigma_hat`` ones exactly (same float operations)."""
+        uids = sorted(self.buffer)
+        if self.config.cut_points != "fractions":
+            rows = [(t, i, c) for t, uid in enumerate(uids) for c in self.cut_positions(self.buffer[uid])
+                    for i in [len(self.buffer[uid].response_ids)]]
+            traj = np.array([r[0] for r in rows], dtype=np.int64)
+            L = np.array([r[1] for r in rows], dtype=np.int64)
+            cut = np.array([r[2] for r in rows], dtype=np.int64)
+        else:
+            lengths = np.fromiter((len(self.buffer[u].response_ids) for u in uids), dtype=np.int64, count=len(uids))
+            fr = np.array(sorted(set(self.config.cut_fractions)), dtype=float)
+            cuts = np.rint(np.outer(lengths, fr)).astype(np.int64)          # == int(round(f * L))
+            ok = (cuts > 0) & (cuts < lengths[:, None])
+            ok[:, 1:] &= cuts[:, 1:] != cuts[:, :-1]                          # set(): drop repeated cuts
+            traj, col = np.nonzero(ok)                                        # row-major: (uid, cut) order
+            cut, L = cuts[traj, col], lengths[traj]
+        if self.config.scoring == "uniform":
+            score = np.ones(len(cut))
+        else:
+            p0 = np.fromiter((self.p0.get(u, self.config.p0_default) for u in uids), dtype=float, count=len(uids))
+            alpha = cut / L
+            p = (1.0 - alpha) * p0[traj] + alpha * 1.0
+            score = np.sqrt(np.maximum(p * (1.0 - p), 0.0))
+        return uids, traj, cut, score
+
     def prefix_states(self) -> list[tuple[str, int, float]]:
         """All replayable states as (problem uid, cut position, score)."""
-        states = []
-        for uid in sorted(self.buffer):
-            traj = self.buffer[uid]
-            p0 = self.p0.get(uid, self.config.p0_default)
-            L = len(traj.response_ids)
-            for i in self.cut_positions(traj):
-                score = 1.0 if self.config.scoring == "uniform" else sigma_hat(p0, i / L)
-                states.append((uid, i, score))
-        return states
+        uids, traj, cut, score = self._state_arrays()
+        return [(uids[t], int(c), float(w)) for t, c, w in zip(traj.tolist(), cut.tolist(), score.tolist())]
 
     def select_replays(self, k: int, rng: np.random.Generator) -> list[tuple[str, int, float]]:
-        states = self.prefix_states()
-        if k <= 0 or not states:
+        if k <= 0 or not self.buffer:
             return []
-        k = min(k, len(states))
-        w = np.array([s[2] for s in states], dtype=float)
-        p = w / w.sum() if w.sum() > 0 else np.full(len(states), 1.0 / len(states))
-        idx = rng.choice(len(states), size=k, replace=False, p=p) if k < len(states) else np.arange(k)
-        return [states[i] for i in sorted(idx.tolist())]
+        uids, traj, cut, w = self._state_arrays()
+        if len(cut) == 0:
+            return []
+        k = min(k, len(cut))
+        p = w / w.sum() if w.sum() > 0 else np.full(len(cut), 1.0 / len(cut))
+        idx = rng.choice(len(cut), size=k, replace=False, p=p) if k < len(cut) else np.arange(k)
+        return [(uids[int(traj[i])], int(cut[i]), float(w[i])) for i in sorted(idx.tolist())]
 
     # ---- protocol --------------------------------------------------------------------
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
@@ -165,6 +189,8 @@ class VSR:
             resp = [t for t in g.responses[wins[-1]] if t != eos]
             prefix = list(g.context_ids[g.prompt_len:])
             if prefix + resp:
+                # re-inserted at the end: the dict stays ordered by inserted_step (see _evict)
+                self.buffer.pop(g.problem_uid, None)
                 self.buffer[g.problem_uid] = Trajectory(g.problem_uid, prefix + resp, self.step, "policy")
         if not frozen:
             self._evict()
@@ -174,13 +200,27 @@ class VSR:
             return
         if not self.config.online_insert:
             return   # a static pool never changes
+        # The dict is ordered by inserted_step (inserts happen at the current step, replaced
+        # entries move to the end), so the oldest entries are at the front: both rules touch
+        # only what they evict, not the whole buffer.
         w = self.config.window_steps
         if w is not None:
-            for uid in [u for u, t in self.buffer.items() if self.step - t.inserted_step >= w]:
+            old = []
+            for uid, t in self.buffer.items():
+                if self.step - t.inserted_step < w:
+                    break
+                old.append(uid)
+            for uid in old:
                 del self.buffer[uid]
-        if len(self.buffer) > self.config.capacity:
-            order = sorted(self.buffer, key=lambda u: (self.buffer[u].inserted_step, u))
-            for uid in order[: len(self.buffer) - self.config.capacity]:
+        excess = len(self.buffer) - self.config.capacity
+        if excess > 0:
+            # oldest first, ties by uid: take the front entries through the last tied step
+            front = []
+            for uid, t in self.buffer.items():
+                if len(front) >= excess and t.inserted_step > front[-1][0]:
+                    break
+                front.append((t.inserted_step, uid))
+            for _, uid in sorted(front)[:excess]:
                 del self.buffer[uid]
 
     def rollouts_per_step(self, batch_size: int) -> int:
@@ -196,7 +236,9 @@ class VSR:
                 "step": self.step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer = {u: Trajectory(**t) for u, t in state["buffer"].items()}
+        trajs = [Trajectory(**t) for t in state["buffer"].values()]
+        # ordered by inserted_step (stable), the invariant _evict relies on
+        self.buffer = {t.problem_uid: t for t in sorted(trajs, key=lambda t: t.inserted_step)}
         self.p0 = {u: float(v) for u, v in state["p0"].items()}
         self.step = int(state["step"])
 

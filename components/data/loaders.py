@@ -11,14 +11,13 @@ With ``on_error="skip"`` they are skipped and counted instead: every loader retu
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
-from components.data.schema import DataError, Problem
+from components.data.schema import DataError, Problem, parse_json_line
 
 __all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows",
            "collect", "get_field", "answer_text", "number_to_answer", "parse_level",
@@ -70,15 +69,15 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
         return
     if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
         raise DataError(f"{path}: unsupported file type (expected .jsonl or .parquet)")
-    with path.open("r", encoding="utf-8") as f:
+    with path.open("rb") as f:  # bytes: invalid UTF-8 is one bad line, not a codec crash
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield where, DataError(f"{where}: invalid JSON ({e.msg})")
+                row = parse_json_line(line, where)
+            except DataError as e:
+                yield where, e
                 continue
             yield where, row if isinstance(row, dict) else DataError(
                 f"{where}: expected a JSON object, got {type(row).__name__}")

@@ -40,11 +40,29 @@ class Problem:
         traces = d.get("traces") or ()
         if not isinstance(traces, (list, tuple)) or not all(isinstance(t, str) for t in traces):
             raise DataError(f"{where}: field 'traces' must be a list of strings")
+        if not isinstance(d.get("meta") or {}, dict):
+            raise DataError(f"{where}: field 'meta' must be an object")
         level = d.get("level")
         if level is not None and not isinstance(level, int):
             raise DataError(f"{where}: field 'level' must be an integer or null")
         return cls(uid=d["uid"], prompt=d["prompt"], answer=d["answer"], source=d.get("source", ""),
                    level=level, traces=tuple(traces), meta=dict(d.get("meta") or {}))
+
+
+def parse_json_line(raw: bytes, where: str) -> Any:
+    """One JSONL line (bytes) as a JSON value, or DataError naming ``where``: invalid
+    UTF-8, invalid JSON, and nesting too deep for the parser (a RecursionError inside
+    json otherwise) are all one line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: not valid UTF-8 (byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON (too deeply nested)") from None
 
 
 def write_problems(path: str | Path, problems: Iterable[Problem]) -> int:
@@ -63,15 +81,12 @@ def read_problems(path: str | Path) -> list[Problem]:
         raise DataError(f"{path}: no such data file")
     out: list[Problem] = []
     seen: set[str] = set()
-    with path.open("r", encoding="utf-8") as f:
+    with path.open("rb") as f:  # bytes: a bad line is reported with its number, not by the codec
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: invalid JSON ({e.msg})") from None
+            d = parse_json_line(line, where)
             if not isinstance(d, dict):
                 raise DataError(f"{where}: expected a JSON object")
             p = Problem.from_json(d, where)

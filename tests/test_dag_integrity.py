@@ -69,6 +69,7 @@ def repo_sweeps():
 
 EXPECTED = {"start_sweep", "prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train",
             "eval_plan", "evaluate", "tokens", "tables", "end_sweep"}
+K8S_EXTRA = {"filter_hard_args", "train_args"}  # kubernetes mode: the pods' argument builders
 
 
 def test_dagbag(tmp_path):
@@ -82,14 +83,22 @@ def test_dagbag(tmp_path):
     for _, s in sweeps:
         d = r["dags"][f"rlvr_{s.name}"]
         tasks = d["tasks"]
-        assert set(tasks) == EXPECTED
+        k8s = s.executor == "kubernetes"
+        assert set(tasks) == EXPECTED | (K8S_EXTRA if k8s else set())
         assert all(t["retries"] == s.retries for t in tasks.values())
         assert all(t["retry_delay"] == s.retry_delay_s for t in tasks.values())
         assert tasks["train"]["mapped"] and tasks["evaluate"]["mapped"]
         assert not tasks["tables"]["mapped"] and not tasks["tokens"]["mapped"]
-        assert {"pretrain", "filter_hard", "seed_prefixes"} <= set(tasks["train"]["upstream"])
+        # kubernetes mode: a pod task's only upstream is the task that builds its arguments
+        train_inputs = tasks["train_args" if k8s else "train"]["upstream"]
+        assert {"pretrain", "filter_hard", "seed_prefixes"} <= set(train_inputs)
         assert set(tasks["tables"]["upstream"]) >= {"evaluate", "tokens"}
-        assert tasks["filter_hard"]["upstream"] == ["prepare_data", "pretrain", "start_sweep"]
+        fh_inputs = tasks["filter_hard_args" if k8s else "filter_hard"]["upstream"]
+        assert fh_inputs == ["prepare_data", "pretrain", "start_sweep"]
+        if k8s:
+            assert tasks["filter_hard"]["mapped"]  # one pod per model
+            assert tasks["filter_hard"]["upstream"] == ["filter_hard_args"]
+            assert tasks["train"]["upstream"] == ["train_args"]
         assert tasks["start_sweep"]["setup"] and tasks["end_sweep"]["teardown"]
         assert "tables" in tasks["end_sweep"]["upstream"]
 

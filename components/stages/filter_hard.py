@@ -25,7 +25,7 @@ INPUTS = ("data", "model")
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("prompt_template", "engine")
+    ADDED_FIELDS = ("prompt_template", "engine", "keep_all")
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -41,6 +41,9 @@ class Params(StageParams):
     # rendering the train and evaluate stages use, so "hard" means hard in that format
     prompt_template: Literal["raw", "chat"] = "raw"
     engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
+    # keep every prompt of the pools without sampling (papers that train on the whole dataset:
+    # VIGOR, VIP); the caps max_prompts / max_heldout still apply
+    keep_all: bool = False
 
     @model_validator(mode="after")
     def _c_below_k(self):
@@ -84,6 +87,8 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.engine.base import TokenMeter
     from components.stages.common import grade_fn, open_engine, set_threads, write_json
 
+    if params.keep_all:
+        return _keep_all(params, ctx)
     set_threads(params.threads)
     meter = TokenMeter(stage="filter_hard")
     engine, tok = open_engine(ctx.input("model"), meter, params.engine)
@@ -117,3 +122,18 @@ def run(params: Params, ctx: StageContext) -> dict:
                          "use harder pool_levels in prepare_data or a weaker base policy")
     return {"kept_train": out.get("train", 0), "kept_heldout": out.get("heldout", 0),
             "filter_generated_tokens": tokens["generated_tokens"]}
+
+
+def _keep_all(params: Params, ctx: StageContext) -> dict:
+    from components.data.schema import read_problems, write_problems
+    from components.stages.common import write_json
+
+    out = {}
+    for split, fname, cap in (("train", "train_pool.jsonl", params.max_prompts),
+                              ("heldout", "heldout_pool.jsonl", params.max_heldout)):
+        out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", read_problems(ctx.input("data") / fname)[:cap])
+    write_json(ctx.out_dir / "stats.json", {"kept": out, "keep_all": True})
+    (ctx.out_dir / "tokens.json").write_text("[]")
+    if out["train"] == 0:
+        raise ValueError(f"filter_hard: {ctx.input('data')}/train_pool.jsonl has no problems")
+    return {"kept_train": out["train"], "kept_heldout": out["heldout"], "filter_generated_tokens": 0}

@@ -92,3 +92,17 @@ def test_check_template(tmp_path):
         pods.check_template(KubernetesSettings(pod_template=str(bad)))
     with pytest.raises(pods.PodSpecError, match="kubernetes.pod_template: .*missing.yaml"):
         pods.check_template(KubernetesSettings(pod_template=str(tmp_path / "missing.yaml")))
+
+
+def test_deployment_template_env_applies_only_when_the_sweep_keeps_the_default(tmp_path, monkeypatch):
+    from components.k8s.pods import TEMPLATE_ENV, template_path
+    from components.k8s.settings import KubernetesSettings
+
+    monkeypatch.delenv(TEMPLATE_ENV, raising=False)
+    default = template_path(KubernetesSettings())
+    assert default.is_file() and default.name == "gpu-stage.yaml"        # the repo's file, from any cwd
+    mounted = tmp_path / "gpu-stage.yaml"
+    monkeypatch.setenv(TEMPLATE_ENV, str(mounted))
+    assert template_path(KubernetesSettings()) == mounted                  # the Helm values' mount
+    own = tmp_path / "mine.yaml"
+    assert template_path(KubernetesSettings(pod_template=str(own))) == own  # a sweep's choice wins

@@ -113,6 +113,12 @@ def test_rayjob_has_the_fields_kuberay_requires(rendered, overlay):
     for g in groups:
         assert g["groupName"] and g["template"]["spec"]["containers"]
         assert isinstance(g["replicas"], int) and g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+    # the entrypoint is a valid call of our verl CLI: the three required flags, then overrides
+    words = spec["entrypoint"].split()[3:]
+    flags = {w for w in words if w.startswith("--")}
+    assert {"--params", "--inputs", "--out"} <= flags
+    positional = [w for i, w in enumerate(words) if not w.startswith("--") and not words[i - 1].startswith("--")]
+    assert positional and all("=" in w for w in positional)
     # verl's node/GPU counts in the entrypoint are what the cluster actually has
     args = dict(a.split("=", 1) for a in spec["entrypoint"].split() if "=" in a)
     worker = groups[0]["template"]["spec"]["containers"][0]["resources"]

@@ -293,6 +293,12 @@ def test_cli_parses_params_and_rejects_bad_input(tmp_path):
         d.mkdir()
     inputs = "{" + ", ".join(f'"{k}": "{v}"' for k, v in dirs.items()) + "}"
     p, ctx = parse(["--params", '{"method": "grpo", "steps": 2}', "--inputs", inputs, "--out", str(tmp_path / "o")])
+    # trailing KEY=VALUE words are verl Hydra overrides, applied after the params' own (the RayJob's form)
+    p2, _ = parse(["--params", '{"steps": 2, "verl_overrides": ["a.b=1"]}', "--inputs", inputs,
+                   "--out", str(tmp_path / "o2"), "trainer.nnodes=2", "trainer.n_gpus_per_node=8"])
+    assert list(p2.verl_overrides) == ["a.b=1", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"]
+    with pytest.raises(SystemExit, match="overrides: 'nnodes' is not KEY=VALUE"):
+        parse(["--params", "{}", "--inputs", inputs, "--out", str(tmp_path / "o3"), "nnodes"])
     assert p.backend == "verl" and p.steps == 2 and ctx.input("hard") == dirs["hard"].resolve()
     assert ctx.work_dir == (tmp_path / "o.work").resolve() and ctx.work_dir.is_dir()
     for argv, msg in [(["--params", '{"stepz": 2}', "--inputs", inputs], "--params: stepz: Extra inputs"),

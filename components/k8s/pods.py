@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,18 @@ class PodSpecError(ValueError):
     """The GPU pod cannot be built as configured; ``str`` is one line naming the file/field."""
 
 
+TEMPLATE_ENV = "RLVR_GPU_POD_TEMPLATE"
+
+
 def template_path(settings: KubernetesSettings) -> Path:
-    p = Path(settings.pod_template).expanduser()
+    """The sweep's ``kubernetes.pod_template``; when the sweep keeps the default, the
+    deployment's ``RLVR_GPU_POD_TEMPLATE`` (the Helm values mount the template ConfigMap
+    there), else the file in this repository."""
+    default = type(settings).model_fields["pod_template"].default
+    chosen = settings.pod_template
+    if chosen == default and os.environ.get(TEMPLATE_ENV):
+        chosen = os.environ[TEMPLATE_ENV]
+    p = Path(chosen).expanduser()
     return p if p.is_absolute() else REPO / p
 
 

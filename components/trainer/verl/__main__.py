@@ -32,7 +32,12 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--out", required=True, type=Path, help="output directory (model/, metrics.jsonl, ...)")
     ap.add_argument("--work", type=Path, default=None, help="checkpoint directory (resume)")
     ap.add_argument("--sweep", default="rlvr", help="MLflow experiment / verl project name")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                    help="verl Hydra overrides, applied last (e.g. trainer.nnodes=2 trainer.n_gpus_per_node=8)")
     args = ap.parse_args(argv)
+    bad = [o for o in args.overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        raise SystemExit(f"overrides: {bad[0]!r} is not KEY=VALUE")
 
     from pydantic import ValidationError
 
@@ -42,7 +47,8 @@ def parse(argv: list[str] | None = None):
     params = _json_arg(args.params, "params")
     inputs = _json_arg(args.inputs, "inputs")
     try:
-        p = Params(**{**params, "backend": "verl"})
+        extra = list(params.get("verl_overrides") or []) + list(args.overrides)
+        p = Params(**{**params, "backend": "verl", **({"verl_overrides": extra} if extra else {})})
     except ValidationError as e:
         err = e.errors()[0]
         raise SystemExit(f"--params: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}")

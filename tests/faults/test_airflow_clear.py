@@ -1,0 +1,73 @@
+"""One mapped task fails (injected); clearing it in the same Airflow DAG run reruns it and
+only what it blocked: every task that had succeeded keeps its single try, every stage it
+needs is a cache hit, and the failed attempt's MLflow run stays FAILED and is never reused."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import toy_stages
+from faults.conftest import REPO, make_home, stage_runs, subprocess_env
+
+SWEEP = """\
+name: clearfault
+seeds: [0]
+models: [tiny]
+model_specs: {tiny: {}}
+methods: [grpo, vsr]
+stages:
+  train: {steps: 2}
+retries: 0
+retry_delay_s: 0
+"""
+
+
+def test_clearing_the_failed_mapped_task_reruns_it_alone(tmp_path, monkeypatch):
+    home = make_home(tmp_path / "rlvr")
+    sweep = tmp_path / "clearfault.yaml"
+    sweep.write_text(SWEEP)
+    marker = tmp_path / "fail.txt"
+    marker.write_text("vsr 0")
+    calls = tmp_path / "calls.txt"
+    overrides = {**toy_stages.OVERRIDES, "train": "faults.fault_stages:train"}
+    env = subprocess_env(home, overrides, FAULT_FAIL_MARKER=str(marker), TOY_CALLS=str(calls))
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "faults" / "airflow_clear_driver.py"), str(sweep),
+                        str(marker)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    first, second = out["first"], out["second"]
+
+    # run 1: exactly the injected task failed; what needs its result never ran
+    failed = [k for k, (s, _) in first.items() if s == "failed"]
+    assert failed == ["train[1]"]                           # grid order: grpo, vsr
+    assert first["train[0]"] == ["success", 1]
+    assert first["tables[-1]"][0] == "upstream_failed"
+    # the clear took the failed task and only what it blocked (end_sweep, a teardown, ran anyway)
+    assert set(out["cleared"]) == {k for k, (s, _) in first.items() if s in ("failed", "upstream_failed")}
+    assert "prepare_data[-1]" not in out["cleared"] and "train[0]" not in out["cleared"]
+
+    # run 1 continued: everything succeeded; what had succeeded was not run again
+    assert out["run_state"].endswith("success"), out
+    assert all(s == "success" for s, _ in second.values()), second
+    for k, (s, tries) in first.items():
+        if s == "success" and k not in out["cleared"]:
+            assert second[k][1] == tries == 1, k
+    assert second["train[1]"][1] == 2                       # the cleared task's second try
+
+    # stage executions: the upstream stages ran once in all; train ran for grpo, then vsr
+    ran = calls.read_text().split()
+    for stage in ("prepare_data", "pretrain", "filter_hard", "seed_prefixes"):
+        assert ran.count(stage) == 1, (stage, ran)
+    assert ran.count("train") == 2
+
+    # MLflow: the failed attempt is FAILED, the rerun FINISHED under a different run id
+    monkeypatch.setenv("RLVR_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    vsr = [x for x in stage_runs("train") if x.data.params.get("method") == "vsr"]
+    assert sorted(x.info.status for x in vsr) == ["FAILED", "FINISHED"], [x.data.params for x in vsr]
+    failed_run = next(x for x in vsr if x.info.status == "FAILED")
+    done_run = next(x for x in vsr if x.info.status == "FINISHED")
+    assert failed_run.info.run_id != done_run.info.run_id
+    assert done_run.data.tags.get("rlvr.cache_key") == failed_run.data.tags.get("rlvr.cache_key")

@@ -24,7 +24,6 @@ What the seeds do NOT give (left out, not guessed):
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence

@@ -6,8 +6,10 @@ Airflow tasks and by Kubernetes pods. A stage's output is a directory with a
 (written to a temporary sibling, then renamed), so a crash never leaves a half
 artifact that a later run could mistake for a finished one.
 
-mlflow is imported lazily (2-3 s) so that light users (the DAG parser, cache-key
-helpers, the sweep validator) never pay for it.
+Store locations, cache keys and manifests live in ``components.artifacts``; the MLflow
+client, the run-backed Tracker and the sweep parent runs in ``components.tracking``; both
+are re-exported here. mlflow is imported lazily (2-3 s) so that light users (the DAG
+parser, cache-key helpers, the sweep validator) never pay for it.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
-import hashlib
 import importlib
 import json
 import os
@@ -24,10 +25,15 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
+from components.artifacts import (MANIFEST, _canonical, _file_digests, _fsync_dir, _strict_json, _uri_path,  # noqa: F401
+                                  _write_manifest, artifact_dir, artifact_root, cache_key, file_sha256,
+                                  read_manifest, rlvr_home, tracking_uri, tree_digest, verify_manifest, work_dir)
 from components.progress import note
 from components.stages.base import StageContext
+from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, _one_line, client, end_sweep_run,  # noqa: F401
+                                 ensure_experiment, start_sweep_run)
 
 STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
     "prepare_data", "pretrain", "filter_hard", "seed_prefixes",
@@ -36,11 +42,8 @@ STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
 # JSON {stage name: module path}; lets tests and the CLI swap in toy stages across
 # process boundaries (Airflow task processes, `rlvr run-stage` subprocesses).
 OVERRIDES_ENV = "RLVR_STAGE_OVERRIDES"
-MANIFEST = "manifest.json"
 SMALL_ARTIFACT_SUFFIXES = {".md", ".csv", ".png", ".json"}
 SMALL_ARTIFACT_BYTES = 10 * 1024 * 1024
-# MLflow limits (mlflow.utils.validation): keys 250, param values 6000, tags 8000.
-_MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
 
 
 class StageError(RuntimeError):
@@ -50,28 +53,6 @@ class StageError(RuntimeError):
     def __init__(self, msg: str, field: str = "", problem: str = ""):
         super().__init__(msg)
         self.field, self.problem = field, problem
-
-
-# ---------------------------------------------------------------- settings
-
-def rlvr_home() -> Path:
-    return Path(os.environ.get("RLVR_HOME") or Path.cwd() / ".rlvr").resolve()
-
-
-def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{rlvr_home() / 'mlflow.db'}"
-
-
-def artifact_root() -> Path:
-    return rlvr_home() / "mlartifacts"
-
-
-def artifact_dir(stage: str, key: str) -> Path:
-    return rlvr_home() / "artifacts" / stage / key
-
-
-def work_dir(stage: str, key: str) -> Path:
-    return rlvr_home() / "work" / stage / key
 
 
 # ---------------------------------------------------------------- registry
@@ -108,178 +89,6 @@ def load_stage(name: str):
     if missing:
         raise StageError(f"stage '{name}': {path} lacks {', '.join(missing)}")
     return mod
-
-
-# ---------------------------------------------------------------- digests + manifest
-
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def cache_key(stage: str, version: Any, params: dict, input_digests: dict[str, str]) -> str:
-    blob = _canonical({"stage": stage, "version": version, "params": params, "inputs": input_digests})
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _file_digests(root: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for fn in sorted(filenames):
-            p = Path(dirpath) / fn
-            rel = p.relative_to(root).as_posix()
-            if rel != MANIFEST:
-                out[rel] = file_sha256(p)
-    return out
-
-
-def tree_digest(files: dict[str, str]) -> str:
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        h.update(f"{rel}\0{files[rel]}\n".encode())
-    return h.hexdigest()
-
-
-def read_manifest(d: str | Path) -> dict | None:
-    try:
-        return json.loads((Path(d) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def verify_manifest(d: str | Path) -> bool:
-    """True iff manifest.json exists and every file (and only those) matches its digest."""
-    m = read_manifest(d)
-    if not m or not isinstance(m.get("files"), dict):
-        return False
-    try:
-        files = _file_digests(Path(d))
-    except OSError:
-        return False
-    return files == m["files"] and tree_digest(files) == m.get("digest")
-
-
-def _fsync_dir(d: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_manifest(d: Path, manifest: dict) -> None:
-    p = d / MANIFEST
-    with open(p, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(d)
-
-
-def _strict_json(obj: Any) -> Any:
-    """The summary travels as XCom, which is strict JSON: NaN/inf become null (pandas
-    means of empty columns are NaN), unknown types become strings."""
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict_json(v) for v in obj]
-    if obj is None or isinstance(obj, (str, int, bool)):
-        return obj
-    if hasattr(obj, "item"):  # numpy scalars
-        return _strict_json(obj.item())
-    return str(obj)
-
-
-def _uri_path(uri: str) -> Path:
-    return Path(uri.removeprefix("file://")).expanduser().resolve()
-
-
-# ---------------------------------------------------------------- mlflow helpers
-
-_clients: dict[str, Any] = {}
-
-
-def client():
-    from mlflow import MlflowClient
-    uri = tracking_uri()
-    if uri not in _clients:  # one store (and one sqlite engine) per URI per process
-        _clients[uri] = MlflowClient(tracking_uri=uri)
-    return _clients[uri]
-
-
-def ensure_experiment(name: str) -> str:
-    from mlflow.exceptions import MlflowException
-    c = client()
-    exp = c.get_experiment_by_name(name)
-    if exp is None:
-        # Explicit location: otherwise MLflow puts artifacts under ./mlruns of the cwd.
-        # A remote tracking server chooses its own (proxied) location.
-        loc = None if tracking_uri().startswith(("http:", "https:", "databricks")) else artifact_root().as_uri()
-        try:
-            return c.create_experiment(name, artifact_location=loc)
-        except MlflowException:  # created concurrently by another process
-            exp = c.get_experiment_by_name(name)
-            if exp is None:
-                raise
-    if exp.lifecycle_stage == "deleted":
-        c.restore_experiment(exp.experiment_id)
-    return exp.experiment_id
-
-
-def _one_line(text: Any, limit: int = 500) -> str:
-    s = " ".join(str(text).split())
-    return s[:limit]
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key[:_MAX_KEY]] = (v if isinstance(v, str) else _canonical(v))[:_MAX_PARAM]
-    return out
-
-
-class MlflowTracker:
-    """The stage Tracker backed by one MLflow run, addressed by id (never the
-    fluent active-run global, which is per-process and per-thread)."""
-
-    def __init__(self, run_id: str):
-        self.run_id = run_id
-
-    def _batch(self, kind: str, items: list, size: int) -> None:  # MLflow's per-call limits
-        for i in range(0, len(items), size):
-            client().log_batch(self.run_id, **{kind: items[i:i + size]})
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
-        ts = int(time.time() * 1000)
-        self._batch("metrics", [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()], 1000)
-
-    def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-        self._batch("params", [Param(k, v) for k, v in _flatten(params).items()], 100)
-
-    def set_tags(self, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-        self._batch("tags", [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()], 100)
-
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        log = client().log_artifacts if Path(path).is_dir() else client().log_artifact
-        log(self.run_id, str(path), artifact_path)
 
 
 # ---------------------------------------------------------------- locking + cache lookup
@@ -486,28 +295,3 @@ def _log_small_artifacts(tracker: MlflowTracker, d: Path) -> None:
         if p.is_file() and (p.suffix in SMALL_ARTIFACT_SUFFIXES) and p.stat().st_size < SMALL_ARTIFACT_BYTES:
             rel_parent = p.parent.relative_to(d).as_posix()
             tracker.log_artifact(p, None if rel_parent == "." else rel_parent)
-
-
-# ---------------------------------------------------------------- sweep parent runs
-
-def start_sweep_run(sweep_name: str, config: dict) -> str:
-    """The parent run of one sweep execution; stage runs hang under it."""
-    import tempfile
-
-    import yaml
-    c = client()
-    exp_id = ensure_experiment(sweep_name)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run = c.create_run(exp_id, run_name=f"sweep-{sweep_name}-{stamp}",
-                       tags={"rlvr.sweep": sweep_name, "rlvr.kind": "sweep"})
-    tracker = MlflowTracker(run.info.run_id)
-    tracker.log_params({k: config[k] for k in ("executor", "seeds", "models", "methods", "retries") if k in config})
-    with tempfile.TemporaryDirectory() as td:
-        f = Path(td) / "sweep.yaml"
-        f.write_text(yaml.safe_dump(config, sort_keys=False))
-        tracker.log_artifact(f)
-    return run.info.run_id
-
-
-def end_sweep_run(run_id: str, status: str = "FINISHED") -> None:
-    client().set_terminated(run_id, status)

@@ -3,7 +3,6 @@ brute-force allocation optima, determinism, state round trips and 2-step trainer
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 import json
 
@@ -13,9 +12,9 @@ import pytest
 from components.data.schema import Problem
 from components.engine.base import Completion, SamplingParams, TokenMeter
 from components.methods.base import RolloutContext
-from components.methods.greso import GRESO, skip_probability
+from components.methods.greso import skip_probability
 from components.methods.registry import build
-from components.methods.vip import (VIP, HashingEmbedder, MiniLMEmbedder, PoolGP, allocate, f_var,
+from components.methods.vip import (HashingEmbedder, MiniLMEmbedder, PoolGP, allocate, f_var,
                                     greedy_allocate, latent_observation, median_bandwidth,
                                     relaxed_allocation)
 

@@ -6,7 +6,6 @@ math grader) so that an untrained model gets mixed groups and real gradients.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pytest

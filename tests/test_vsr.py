@@ -8,7 +8,7 @@ import pytest
 
 from components.methods.base import Group
 from components.methods.registry import available, build
-from components.methods.vsr import VSR, Trajectory, sigma_hat
+from components.methods.vsr import Trajectory, sigma_hat
 from components.policy import build_tokenizer
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import toy_stages
 from faults.conftest import REPO, make_home, stage_runs, subprocess_env

@@ -35,7 +35,6 @@ import math
 import multiprocessing as mp
 import os
 import re
-import signal
 import threading
 import time
 from collections import OrderedDict, deque
@@ -89,101 +88,8 @@ def extract_boxed(text: str) -> str | None:
         return None
 
 
-# ------------------------------------------------------------------ worker side
-_GOLDS: OrderedDict = OrderedDict()  # per-worker cache of parsed golds (n rollouts share one gold)
-_CFG: list = []
-
-
-def _is_expr(x: Any) -> bool:
-    from sympy import Basic, MatrixBase
-
-    return isinstance(x, (Basic, MatrixBase))
-
-
-def _parse(text: str, inner: int) -> list:
-    """math-verify ``parse``; parse errors give []; math-verify's TimeoutException propagates."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    if not _CFG:
-        _CFG[:] = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
-    try:
-        return parse(text, extraction_config=_CFG, parsing_timeout=inner, raise_on_error=True)
-    except Exception:  # TimeoutException is a BaseException: not caught here
-        return []
-
-
-def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
-    """Grade one extracted answer against one gold (inside a worker's main thread)."""
-    from math_verify import verify
-    from math_verify.errors import TimeoutException
-
-    try:
-        if gold in _GOLDS:
-            _GOLDS.move_to_end(gold)
-        else:
-            g = gold.strip()
-            boxed = "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$")
-            _GOLDS[gold] = _parse(g if boxed else "\\boxed{" + g + "}", inner)
-            if len(_GOLDS) > 4096:
-                _GOLDS.popitem(last=False)
-        g_parsed = _GOLDS[gold]
-        p_parsed = _parse("\\boxed{" + answer + "}", inner)
-        if not any(_is_expr(p) for p in p_parsed) and len(answer) <= 200:
-            # e.g. "3\\%" parses only this way; short answers only, since the plain-expression
-            # extractor would otherwise pick a number out of a long unparsable formula
-            alt = _parse("$" + answer + "$", inner)
-            p_parsed = alt if any(_is_expr(p) for p in alt) else p_parsed
-    except TimeoutException:
-        return 0.0, "timeout"
-    if not g_parsed or not p_parsed:
-        return 0.0, "unparsable"
-    timed_out = False
-    for g in g_parsed:  # pairwise so that a timeout is told apart from "not equal"
-        for p in p_parsed:
-            try:
-                if verify(g, p, timeout_seconds=inner, raise_on_error=True):
-                    return 1.0, "correct"
-            except TimeoutException:
-                timed_out = True
-            except Exception:  # a failed comparison means "not equal", as in math-verify
-                pass
-    if timed_out:
-        return 0.0, "timeout"
-    if not any(_is_expr(g) for g in g_parsed) or not any(_is_expr(p) for p in p_parsed):
-        return 0.0, "unparsable"  # only raw-string fallbacks, and they differ
-    return 0.0, "wrong"
-
-
-def _worker_main(conn, inner: int, memory_mb: int | None) -> None:
-    """Worker loop: recv a chunk [(job_id, gold, answer)], send (job_id, score, reason) per item."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    try:
-        if memory_mb:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, (int(memory_mb) << 20, int(memory_mb) << 20))
-    except Exception:
-        pass
-    import logging
-
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    import math_verify  # noqa: F401  (imported before "ready": start-up is not item time)
-
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            chunk = conn.recv()
-            if chunk is None:
-                return
-            for job_id, gold, answer in chunk:
-                try:
-                    score, reason = _grade_pair(gold, answer, inner)
-                except BaseException as e:  # noqa: BLE001 - incl. math-verify's TimeoutException
-                    score, reason = 0.0, ("timeout" if type(e).__name__ == "TimeoutException"
-                                          else "error")
-                conn.send((job_id, score, reason))
-        except (EOFError, OSError):  # parent went away
-            return
+# ------------------------------------------------------------------ worker side: components/reward/worker.py
+from components.reward.worker import _grade_pair, _is_expr, _parse, _worker_main  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------ parent side

@@ -90,6 +90,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
             where = f"method_config.{params['method']}.{e.field.split('.', 1)[1]}"
         _die(f"{file}: {where}: {e.problem}" if e.field else f"{file}: {e}")
     env = airflow_env()
+    env["RLVR_ONLY_DAG"] = f"rlvr_{cfg.name}"   # the DAG file builds this sweep's DAG only
     if file.parent != (DAGS / "sweeps").resolve():
         extra = [p for p in os.environ.get("RLVR_EXTRA_SWEEPS", "").split(os.pathsep) if p]
         env["RLVR_EXTRA_SWEEPS"] = os.pathsep.join(extra + [str(file)])

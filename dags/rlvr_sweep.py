@@ -40,6 +40,7 @@ from components.sweep import Sweep, SweepError, load_sweep, slug
 
 SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
 EXTRA_ENV = "RLVR_EXTRA_SWEEPS"
+ONLY_ENV = "RLVR_ONLY_DAG"
 SWEEP_ERRORS: dict[str, str] = {}   # sweep file -> one-line error
 SWEEP_FILES: dict[str, str] = {}    # dag_id -> sweep file it came from
 START = datetime(2025, 1, 1)
@@ -255,7 +256,9 @@ def _invalid_dag(path: Path, message: str):
 def build_all() -> dict[str, object]:
     SWEEP_ERRORS.clear()
     SWEEP_FILES.clear()
-    wanted = get_parsing_context().dag_id  # a worker running one task needs one DAG only
+    # a worker running one task needs one DAG only; so does `rlvr sweep` (RLVR_ONLY_DAG), whose
+    # dag.test() would otherwise parse and serialise every sweep's DAG on each run
+    wanted = get_parsing_context().dag_id or os.environ.get(ONLY_ENV)
     sweeps: dict[str, tuple[Sweep, Path]] = {}
     out: dict[str, object] = {}
     for path in sweep_files():

@@ -42,8 +42,8 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def probe(tmp_path: Path, extra: list[Path] = ()) -> dict:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+def probe(tmp_path: Path, extra: list[Path] = (), **more_env: str) -> dict:
+    env = {**{k: v for k, v in os.environ.items() if k != "RLVR_ONLY_DAG"}, **more_env, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS), "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
            "RLVR_EXTRA_SWEEPS": os.pathsep.join(map(str, extra))}
     env.pop("RLVR_STAGE_OVERRIDES", None)
@@ -150,3 +150,9 @@ def test_sweep_params_fit_the_real_stages(monkeypatch):
                 lineage.check_params(stage, params)
             except lineage.StageError as e:
                 pytest.fail(f"{f}: stages.{stage}.{e.field}: {e.problem}", pytrace=False)
+
+
+def test_only_dag_env_builds_one_sweep(tmp_path):
+    """`rlvr sweep` sets RLVR_ONLY_DAG: dag.test() then parses and serialises one DAG, not all."""
+    r = probe(tmp_path, RLVR_ONLY_DAG="rlvr_demo")
+    assert set(r["dags"]) == {"rlvr_demo"} and not r["import_errors"]

@@ -133,3 +133,13 @@ class TokenMeter:
                                     r["sequences"], r["requests"],
                                     {k: v for k, v in r.items() if k not in keys})
                         for r in state["rows"]]
+
+
+def check_sampling(params: SamplingParams, min_new_tokens: int = 0) -> None:
+    """One-line errors for sampling settings no engine can honour."""
+    if params.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not (0 < params.top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.max_new_tokens < min_new_tokens:
+        raise ValueError(f"max_new_tokens must be >= {min_new_tokens}, got {params.max_new_tokens}")

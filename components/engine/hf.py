@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 from transformers import DynamicCache
 
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter
+from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
 
 class HFEngine:
@@ -205,9 +205,4 @@ def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _check_params(params: SamplingParams) -> None:
-    if params.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
-    if not (0 < params.top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
-    if params.max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {params.max_new_tokens}")
+    check_sampling(params, min_new_tokens=0)

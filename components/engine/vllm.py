@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter
+from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
 MISSING_VLLM = ("vllm is not installed: the vLLM engine runs in the trainer image "
                 "(images/trainer, ghcr.io/rlvr-sweeps/trainer; pip install 'rlvr-sweeps[gpu]' on a CUDA machine)")
@@ -32,12 +32,7 @@ def request_seed(seed: int | None, index: int) -> int | None:
 def sampling_kwargs(params: SamplingParams, n: int, index: int = 0, stop: Sequence[str] = (),
                     stop_token_ids: Sequence[int] = ()) -> dict[str, Any]:
     """kwargs of ``vllm.SamplingParams`` for request ``index`` of a call."""
-    if params.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
-    if not (0 < params.top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
-    if params.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1 for vLLM, got {params.max_new_tokens}")
+    check_sampling(params, min_new_tokens=1)   # vLLM rejects max_tokens=0
     kw: dict[str, Any] = {"n": int(n), "temperature": float(params.temperature), "top_p": float(params.top_p),
                           "max_tokens": int(params.max_new_tokens), "skip_special_tokens": True}
     if stop:

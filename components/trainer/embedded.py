@@ -245,6 +245,10 @@ class EmbeddedTrainer:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out_dir / "model", safe_serialization=True)
         self.tok.save_pretrained(out_dir / "model")
+        self.write_records(out_dir)
+
+    def write_records(self, out_dir: Path) -> None:
+        """The run's records beside ``model/`` (shared with the verl backend's outputs)."""
         with open(out_dir / "metrics.jsonl", "w") as f:
             for h in self.history:
                 f.write(json.dumps(h) + "\n")

@@ -222,9 +222,4 @@ class RLVRPPOTrainer(RayPPOTrainer):
             raise RuntimeError(f"{hf}: no HF export in the final verl checkpoint (save_contents needs hf_model)")
         shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True)
         self.tokenizer.save_pretrained(out_dir / "model")
-        with open(out_dir / "metrics.jsonl", "w") as f:
-            for h in self.history:
-                f.write(json.dumps(h) + "\n")
-        (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
-        (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
-        (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))
+        EmbeddedTrainer.write_records(self, out_dir)

@@ -318,3 +318,34 @@ def test_wrong_types_in_nested_fields(tmp_path):
     f = _jsonl(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1", "level": [3]}])
     with pytest.raises(DataError, match=r"m\.jsonl:1: field 'level' must be an integer or a string"):
         load_math(f)
+
+
+def test_math_and_dapo_read_directories_and_hub_names_like_openr1(tmp_path, monkeypatch):
+    """MATH and DAPO take the same kinds of source as OpenR1: a file, a directory of
+    .parquet/.jsonl files (an HF snapshot), or a hub name (offline here: one-line error)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    snap = tmp_path / "dapo" / "data"
+    snap.mkdir(parents=True)
+    rows = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {i}+1?"}],
+             "reward_model": {"ground_truth": str(i + 1), "style": "rule"}, "extra_info": {"index": i}}
+            for i in range(6)]
+    pq.write_table(pa.Table.from_pylist(rows[:3]), snap / "train-00000.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[3:]), snap / "train-00001.parquet")
+    ps = load_dapo17k(tmp_path / "dapo")
+    assert [p.uid for p in ps] == [f"dapo17k/{i}" for i in range(6)] and ps[5].answer == "6"
+
+    mdir = tmp_path / "math"
+    mdir.mkdir()
+    _jsonl(mdir / "part1.jsonl", [{"problem": "1+1?", "solution": "\\boxed{2}", "answer": "2", "level": 1,
+                                   "subject": "Algebra", "unique_id": "m/1"}])
+    assert [p.uid for p in load_math(mdir)] == ["m/1"]
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(DataError) as e:
+        load_dapo17k("BytedTsinghua-SIA/DAPO-Math-17k")
+    assert str(e.value).startswith("BytedTsinghua-SIA/DAPO-Math-17k: cannot load the dataset") and "\n" not in str(e.value)
+    with pytest.raises(DataError, match="no such data file"):
+        load_math(tmp_path / "nope.jsonl")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from components.data.schema import DataError, Problem, parse_json_line
 
-__all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows",
+__all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows", "source_rows",
            "collect", "get_field", "answer_text", "number_to_answer", "parse_level",
            "strip_dapo_boilerplate"]
 
@@ -184,7 +184,8 @@ def load_math(path: str | Path, *, on_error: OnError = "raise", limit: int | Non
     ``level`` (3 or "Level 3"; falls back to ``level_raw``; "Level ?" -> None), ``subject``,
     ``unique_id`` (the uid; a hash of the problem when absent). The reference solution is kept
     as the problem's expert trace when it contains a ``\\boxed{}``. ``answer_from_solution``:
-    rows without ``answer`` (the original MATH json) take the solution's last ``\\boxed{}``."""
+    rows without ``answer`` (the original MATH json) take the solution's last ``\\boxed{}``.
+    ``path``: a file, a directory of files or a hub dataset name (:func:`source_rows`)."""
     from components.reward.grader import extract_boxed
 
     def convert(row: dict, where: str, i: int) -> Problem:
@@ -204,7 +205,7 @@ def load_math(path: str | Path, *, on_error: OnError = "raise", limit: int | Non
                        meta={"subject": get_field(row, "subject", where, required=False, default=""),
                              "unique_id": uid})
 
-    return collect(iter_rows(path), convert, report=LoadReport(str(path)), on_error=on_error, limit=limit)
+    return collect(source_rows(path), convert, report=LoadReport(str(path)), on_error=on_error, limit=limit)
 
 
 # ------------------------------------------------------------------ DAPO-Math-17k
@@ -229,7 +230,8 @@ def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | 
     boilerplate stripped), ``reward_model.ground_truth`` (gold), ``extra_info.index`` (uid
     ``dapo17k/<index>``; a hash of the problem when absent). ``"\\x0crac"`` (a ``\\frac`` that
     was read as a form feed upstream) is repaired. With ``dedupe``, identical problems keep
-    their first copy; problems whose copies disagree on the gold are dropped altogether."""
+    their first copy; problems whose copies disagree on the gold are dropped altogether.
+    ``path``: a file, a directory of files or a hub dataset name (:func:`source_rows`)."""
 
     def convert(row: dict, where: str, i: int) -> Problem:
         msgs = get_field(row, "prompt", where, (list, str))
@@ -254,7 +256,7 @@ def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | 
         return Problem(uid=uid, prompt=prompt, answer=answer, source=source, meta=meta)
 
     report = LoadReport(str(path))
-    rows = collect(iter_rows(path), convert, report=report, on_error=on_error,
+    rows = collect(source_rows(path), convert, report=report, on_error=on_error,
                    limit=None if dedupe else limit)
     report.repaired = sum(bool(p.meta.get("repaired")) for p in rows)
     if not dedupe:
@@ -279,27 +281,37 @@ def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | 
 OPENR1_UNVERIFIABLE = frozenset({"", "proof", "notfound", "none"})
 
 
-def _openr1_sources(path_or_name: str | Path, config: str, split: str) -> Iterator[tuple[str, Any]]:
+def source_rows(path_or_name: str | Path, config: str | None = None, split: str = "train"
+                ) -> Iterator[tuple[str, Any]]:
+    """Rows of a dataset given as a .jsonl/.parquet file, a directory of them (an HF
+    snapshot: ``<dir>/<config>/``, or ``<dir>/data/`` for "default"), or a Hugging Face
+    dataset name (``datasets.load_dataset``: needs the network or the local HF cache)."""
     p = Path(path_or_name)
     if p.is_file():
         yield from iter_rows(p)
         return
     if p.is_dir():
-        base = next((d for d in (p / config, p / "data" if config == "default" else None)
-                     if d is not None and d.is_dir()), p)
+        subdirs = (p / config if config else None, p / "data" if config in (None, "default") else None)
+        base = next((d for d in subdirs if d is not None and d.is_dir()), p)
         files = sorted(f for f in base.rglob("*") if f.suffix in (".parquet", ".jsonl"))
         if not files:
             raise DataError(f"{base}: no .parquet or .jsonl files")
         for f in files:
             yield from iter_rows(f)
         return
-    if p.suffix in (".parquet", ".jsonl", ".json") or str(path_or_name).startswith((".", "/")):
+    if p.suffix in (".parquet", ".jsonl", ".json") or str(path_or_name).startswith((".", "/", "~")):
         raise DataError(f"{p}: no such data file")
     import datasets  # a Hugging Face dataset name (needs the network or a local HF cache)
 
-    ds = datasets.load_dataset(str(path_or_name), config, split=split)
+    try:
+        ds = datasets.load_dataset(str(path_or_name), config, split=split)
+    except Exception as e:  # noqa: BLE001 - offline / unknown name / auth: one line, not a traceback
+        raise DataError(f"{path_or_name}: cannot load the dataset ({' '.join(str(e).split())[:200]})") from None
     for i, row in enumerate(ds, 1):
-        yield f"{path_or_name}[{config}/{split}]:{i}", row
+        yield f"{path_or_name}[{config or 'default'}/{split}]:{i}", row
+
+
+_openr1_sources = source_rows  # the name before MATH and DAPO read the same kinds of source
 
 
 def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | None = None, *,

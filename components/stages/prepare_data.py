@@ -5,7 +5,7 @@ training pool and a disjoint held-out pool of harder chains; ``filter_hard`` kee
 prompts the base policy almost never solves.
 
 ``openr1`` / ``math`` / ``dapo17k``: a real dataset read by ``components.data.loaders``
-from ``path`` (a file or directory; for openr1 also a Hugging Face name when the network
+from ``path`` (a file, a directory of files, or a Hugging Face dataset name when the network
 allows), split by a seeded shuffle into the training pool and a held-out pool
 (``heldout_fraction``). Malformed rows stop the stage with file:line, or are skipped and
 counted with ``on_error: skip``. A real model needs no pretraining set, so

@@ -160,3 +160,20 @@ def test_mixed_context_lengths_match_single_runs(model, tok):
 def test_max_new_tokens_zero(model, tok):
     out = HFEngine(model, tok).generate(_reqs(tok, n=2), SamplingParams(max_new_tokens=0))
     assert all(c.token_ids == () and c.finish_reason == "length" for cs in out for c in cs)
+
+
+def test_reserved_cache_equals_transformers_dynamic_cache(model, tok, monkeypatch):
+    """The reserved-capacity KV layer (in-place writes, geometric growth, re-reserve after
+    compaction and left-padding trims) samples exactly what DynamicCache's torch.cat does."""
+    import components.engine.hf as hf
+    from transformers.cache_utils import DynamicLayer
+
+    eos_model = _eos_prone_model(tok)          # rows finish early: compaction + trimming happen
+    p = SamplingParams(temperature=1.0, max_new_tokens=40, seed=11)
+    for m in (model, eos_model):
+        ours = HFEngine(m, tok, compact_fraction=0.05).generate(_reqs(tok, n=6), p)
+        monkeypatch.setattr(hf, "_ReservedLayer", DynamicLayer)
+        ref = HFEngine(m, tok, compact_fraction=0.05).generate(_reqs(tok, n=6), p)
+        monkeypatch.undo()
+        assert ours == ref
+    assert any(c.finish_reason == "stop" for cs in ours for c in cs)   # the eos model did retire rows

@@ -7,7 +7,10 @@ engine has its own sampling loop that
 
 1. prefills each request's context once and then copies its KV cache to the request's
    ``n`` rows (``batch_select_indices`` with repeated row ids), and
-2. retires finished sequences: when enough rows have hit EOS the batch is compacted
+2. writes each step's keys/values into reserved capacity (``_ReservedLayer``) instead of
+   DynamicCache's ``torch.cat`` of the whole cache per step and layer (quadratic copying,
+   the largest cost of a decode loop on CPU), and
+3. retires finished sequences: when enough rows have hit EOS the batch is compacted
    (cache rows dropped, and left-padding columns no remaining row needs trimmed), so the
    per-step cost shrinks with the number of live sequences, and the loop stops as soon as
    every sequence is done.
@@ -21,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
@@ -125,6 +129,7 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp_(min=0)
         cache = DynamicCache(config=model.config)
+        cache.layers = [_ReservedLayer() for _ in cache.layers] or cache.layers
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                        use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
@@ -206,3 +211,53 @@ def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
 
 def _check_params(params: SamplingParams) -> None:
     check_sampling(params, min_new_tokens=0)
+
+class _ReservedLayer(DynamicLayer):
+    """A DynamicLayer whose keys/values live in buffers with spare capacity along the
+    sequence axis: ``update`` writes the new step in place and returns views, growing the
+    buffers geometrically when full (amortised O(1) per token instead of a full copy).
+    Anything that assigns ``keys``/``values`` (batch selection, our left-padding trim)
+    replaces that buffer, which is then re-reserved on the next update."""
+
+    def __init__(self, config=None):
+        self._k = self._v = None
+        self._nk = self._nv = 0
+        super().__init__(config)
+
+    @staticmethod
+    def _view(buf, n):
+        return buf if buf is None or buf.dim() != 4 else buf[:, :, :n]
+
+    @property
+    def keys(self):
+        return self._view(self._k, self._nk)
+
+    @keys.setter
+    def keys(self, t):
+        self._k, self._nk = t, (t.shape[-2] if t is not None and t.dim() == 4 else 0)
+
+    @property
+    def values(self):
+        return self._view(self._v, self._nv)
+
+    @values.setter
+    def values(self, t):
+        self._v, self._nv = t, (t.shape[-2] if t is not None and t.dim() == 4 else 0)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._k, self._nk = self._append(self._k, self._nk, key_states)
+        self._v, self._nv = self._append(self._v, self._nv, value_states)
+        return self.keys, self.values
+
+    @staticmethod
+    def _append(buf, n, new):
+        add = new.shape[-2]
+        if buf is None or buf.dim() != 4 or buf.shape[-2] < n + add or buf.shape[0] != new.shape[0]:
+            grown = new.new_empty((*new.shape[:2], max(2 * (n + add), n + add + 32), new.shape[-1]))
+            if n:
+                grown[:, :, :n] = buf[:, :, :n]
+            buf = grown
+        buf[:, :, n:n + add] = new
+        return buf, n + add

@@ -18,13 +18,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from components import lineage
+from components import lineage, receipts
 from components.sweep import SweepError, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,8 +75,12 @@ def ensure_airflow_db(env: dict[str, str]) -> None:
 
 @app.command()
 def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
-          rerun: bool = typer.Option(False, "--rerun", help="recompute every stage, ignoring the cache")) -> None:
-    """Run a sweep end to end in this process (Airflow dag.test on SQLite)."""
+          rerun: bool = typer.Option(False, "--rerun", help="recompute every stage, ignoring the cache"),
+          dag: bool = typer.Option(False, "--dag", help="run the DAG even when every stage is known to be cached")
+          ) -> None:
+    """Run a sweep end to end in this process (Airflow dag.test on SQLite). When the last
+    successful run's stage calls are all still cached (components/receipts.py), Airflow is
+    not started at all."""
     file = file.expanduser().resolve()
     try:
         cfg = load_sweep(file)  # fail fast, before airflow's slow start
@@ -89,8 +94,20 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
         if stage == "train" and e.field.startswith("method_config."):  # it came from method_config.<m>
             where = f"method_config.{params['method']}.{e.field.split('.', 1)[1]}"
         _die(f"{file}: {where}: {e.problem}" if e.field else f"{file}: {e}")
+    home, dag_id = lineage.rlvr_home(), f"rlvr_{cfg.name}"
+    fp = receipts.fingerprint(cfg.model_dump(mode="json"))
+    if not (rerun or dag):
+        t0 = time.monotonic()
+        hit, why, n = receipts.all_cached(home, cfg.name, fp)
+        if hit:
+            typer.echo(f"[rlvr] {dag_id}: all {n} stage calls of its last successful run are cached and verified "
+                       f"({time.monotonic() - t0:.1f}s); Airflow not started (--dag runs the DAG anyway)", err=True)
+            _footer()
+            _print_tables(cfg.name, plots=True)
+            return
+        typer.echo(f"[rlvr] running the DAG: {why}", err=True)
     env = airflow_env()
-    env["RLVR_ONLY_DAG"] = f"rlvr_{cfg.name}"   # the DAG file builds this sweep's DAG only
+    env["RLVR_ONLY_DAG"] = dag_id   # the DAG file builds this sweep's DAG only
     if file.parent != (DAGS / "sweeps").resolve():
         extra = [p for p in os.environ.get("RLVR_EXTRA_SWEEPS", "").split(os.pathsep) if p]
         env["RLVR_EXTRA_SWEEPS"] = os.pathsep.join(extra + [str(file)])
@@ -99,16 +116,22 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
 
     from airflow.dag_processing.dagbag import DagBag  # only now: airflow reads env at import
     bag = DagBag(dag_folder=str(DAGS), safe_mode=False)
-    dag_id = f"rlvr_{cfg.name}"
     if dag_id not in bag.dags:
         errs = "; ".join(f"{k}: {v.strip().splitlines()[-1]}" for k, v in bag.import_errors.items())
         _die(f"{file}: DAG {dag_id} was not built{(' (' + errs + ')') if errs else ''}", 1)
     typer.echo(f"[rlvr] running {dag_id}: {len(cfg.grid())} training runs, RLVR_HOME={env['RLVR_HOME']}", err=True)
-    dr = bag.dags[dag_id].test(run_conf={"rerun": rerun})
+    receipt = receipts.begin(home, cfg.name)
+    os.environ[receipts.RECEIPT_ENV] = str(receipt)   # every run_stage call of this DAG run
+    try:
+        dr = bag.dags[dag_id].test(run_conf={"rerun": rerun})
+    finally:
+        os.environ.pop(receipts.RECEIPT_ENV, None)
     state = str(getattr(dr.state, "value", dr.state))
     _report(dr, state)
     if state != "success":
+        receipt.unlink(missing_ok=True)
         raise typer.Exit(1)
+    receipts.commit(home, cfg.name, fp, receipt)
     _print_tables(cfg.name, plots=True)
 
 
@@ -126,6 +149,12 @@ def _report(dr, state: str) -> None:
         con.print(t)
     except Exception as e:  # noqa: BLE001 - the report is a courtesy; the state is what matters
         con.print(f"(task list unavailable: {e})")
+    _footer(con)
+
+
+def _footer(con=None) -> None:
+    from rich.console import Console
+    con = con or Console(stderr=True)
     home = lineage.rlvr_home()
     con.print(f"MLflow store:   {lineage.tracking_uri()}\n"
               f"MLflow files:   {lineage.artifact_root()}\n"

@@ -168,6 +168,13 @@ def _resolve_inputs(name: str, mod, inputs: dict[str, str]) -> dict[str, tuple[P
 
 def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, sweep: str = "default",
               parent_run_id: str | None = None, force: bool = False) -> dict:
+    res = _run_stage(name, params, inputs, sweep, parent_run_id, force)
+    from components.receipts import record
+    record(name, params, inputs or {}, res)   # for `rlvr sweep`'s cached-rerun check
+    return res
+
+
+def _run_stage(name, params, inputs, sweep, parent_run_id, force) -> dict:
     mod = load_stage(name)
     p = check_params(name, params, mod)
     resolved = _resolve_inputs(name, mod, inputs or {})

@@ -61,10 +61,14 @@ def _stage_runs(home: Path, monkeypatch) -> list:
 # ~15 s of Airflow + MLflow start-up that a second process would cost. Nothing is
 # cached in memory between the runs: hits come from MLflow + the artifact store.
 DRIVER = """
-import sys, time
+import os, sys, time
+from pathlib import Path
 from components.cli import app
 codes = []
-for i in range(2):
+for i in range(3):
+    if i == 2:  # tamper with one finished artifact: the receipt check must notice and run the DAG
+        victim = sorted((Path(os.environ["RLVR_HOME"]) / "artifacts" / "evaluate").glob("*/out.json"))[0]
+        victim.write_text(victim.read_text() + " ")
     t = time.time()
     try:
         app(["sweep", sys.argv[1]], standalone_mode=False)
@@ -85,28 +89,34 @@ def two_sweeps(tmp_path_factory):
     toy_stages.premigrated_mlflow_db(home)  # the Airflow DB is still migrated by `rlvr sweep`
     r = subprocess.run([sys.executable, "-c", DRIVER, str(root / "clitest.yaml")], cwd=root, env=_env(home),
                        capture_output=True, text=True, timeout=300)
-    first, _, second = r.stderr.partition("@@RUN0")
-    return home, r, first, second
+    first, _, rest = r.stderr.partition("@@RUN0")
+    second, _, third = rest.partition("@@RUN1")
+    return home, r, first, second, third
 
 
 def test_sweep_runs_end_to_end_then_all_cached(two_sweeps, monkeypatch):
-    home, r, first, second = two_sweeps
+    home, r, first, second, third = two_sweeps
     print(*[ln for ln in r.stderr.splitlines() if ln.startswith("@@RUN")], sep="\n")
-    assert "@@RUN0 rc=0" in r.stderr and "@@RUN1 rc=0" in r.stderr, r.stderr[-4000:]
+    assert all(f"@@RUN{i} rc=0" in r.stderr for i in range(3)), r.stderr[-4000:]
     assert "rlvr ui" in first and "mlflow.db" in first and "success" in first
     assert "initialising the Airflow metadata DB" in first
-    assert "initialising the Airflow metadata DB" not in second  # migrated once
     assert (home / "airflow" / ".rlvr-migrated").exists()
+    # run 2: the receipt of run 1 shows every stage call cached: Airflow is not started
+    assert "all 11 stage calls of its last successful run are cached" in second and "Airflow not started" in second
+    assert "DAG run" not in second and "rlvr ui" in second
+    assert r.stdout.count("eval_tiny-vsr-s0") == 3               # the tables, printed by each run
+    # run 3: a tampered artifact fails the check; the DAG runs and recomputes that one stage
+    assert "running the DAG: evaluate: output" in third and "success" in third
+    assert "initialising the Airflow metadata DB" not in third  # migrated once
     calls = (home.parent / "calls.txt").read_text().split()
-    # every stage ran exactly once over both runs: the second was all cache hits
     assert sorted(calls) == sorted(["prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "train",
-                                    "evaluate", "evaluate", "evaluate", "tokens", "tables"])
+                                    "evaluate", "evaluate", "evaluate", "tokens", "tables", "evaluate"])
     runs = _stage_runs(home, monkeypatch)
     parents = sorted((x for x in runs if x.data.tags.get("rlvr.kind") == "sweep"), key=lambda x: x.info.start_time)
     children = [x for x in runs if "rlvr.stage" in x.data.tags]
-    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
-    assert len(children) == 11 and len(runs) == 13  # the second run added only its parent
-    assert all(x.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for x in children)
+    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)   # runs 1 and 3
+    assert len(children) == 12 and len(runs) == 14
+    assert sum(x.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for x in children) == 11
     assert all(x.info.status == "FINISHED" for x in children)
 
     tables = CliRunner().invoke(app, ["tables", "clitest"])

@@ -37,8 +37,12 @@ def training_curves(runs: list[tuple[dict[str, Any], list[dict[str, float]]]], p
 
 
 def accuracy_bars(df, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.bar(df["method"], df["mean@k"], yerr=df["sd"], color=[f"C{i}" for i in range(len(df))], capsize=4)
+    # wide enough for one readable label per method; labels slanted when there are many
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.55 * len(df) + 1.5), 3.4))
+    ax.bar(df["method"], df["mean@k"], yerr=df["sd"], color=[f"C{i % 10}" for i in range(len(df))], capsize=4)
+    if len(df) > 5:
+        ax.tick_params(axis="x", labelrotation=35)
+        plt.setp(ax.get_xticklabels(), ha="right")
     ax.set_ylabel("held-out mean@k")
     ax.set_title("accuracy on the hard held-out set")
     fig.tight_layout()

@@ -118,6 +118,7 @@ def tokens_per_update_plot(runs: Sequence[Run], path: Path) -> Path:
     ax.set_ylabel("generated tokens / update")
     ax.set_title("generation cost per update")
     ax.tick_params(axis="x", labelrotation=30)
+    plt.setp(ax.get_xticklabels(), ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -18,7 +18,7 @@ from pydantic import Field
 from components.stages.base import StageContext, StageParams
 
 NAME = "tables"
-VERSION = 2
+VERSION = 3
 INPUTS = ("eval_*", "run_*", "tokens")
 
 

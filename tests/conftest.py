@@ -13,3 +13,16 @@ def _torch_threads():
         torch.set_num_threads(1)
     except ImportError:
         pass
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from components.policy import build_tokenizer
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    """tests/tiny.py's policy, fresh per test module (modules may train it in place)."""
+    from tiny import tiny_test_policy
+    return tiny_test_policy(tok)

@@ -10,10 +10,11 @@ import json
 
 import numpy as np
 import pytest
+from tiny import tiny_test_policy
 
 from components.data.synthetic import generate_problems
 from components.methods.registry import available, build
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+from components.policy import build_tokenizer
 from components.stages.base import NullTracker
 from components.trainer.batch import build_sequences
 from components.trainer.config import TrainConfig
@@ -33,7 +34,7 @@ def rule_reward(texts, golds):
 @pytest.fixture(scope="module")
 def setup():
     tok = build_tokenizer()
-    model = build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128), tok)
+    model = tiny_test_policy(tok)
     probs = generate_problems(16, [3], seed=5)
     res = {"expert_traces": {p.uid: p.traces[0] for p in probs}, "p0": {p.uid: 0.05 for p in probs}}
     return tok, model, probs, res

@@ -25,7 +25,6 @@ from components.methods.pods import max_variance_subset
 from components.methods.registry import build
 from components.methods.reinforce_ada import allocate
 from components.methods.vigor import bernoulli_var, speedup
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
 from components.stages.base import NullTracker
 from components.trainer.config import TrainConfig
 from components.trainer.embedded import EmbeddedTrainer
@@ -151,17 +150,6 @@ def test_vigor_schedule(B, rounding, sched, total):
 
 
 # ---------------------------------------------------------------- with a tiny policy
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128),
-                        tok, seed=0)
-
-
 @pytest.fixture(scope="module")
 def problems():
     return generate_problems(12, [3], seed=1)

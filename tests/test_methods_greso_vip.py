@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from tiny import tiny_test_policy
 
 from components.data.schema import Problem
 from components.engine.base import Completion, SamplingParams, TokenMeter
@@ -279,10 +280,9 @@ def parity_reward(texts, golds):
 @pytest.fixture(scope="module")
 def tiny():
     from components.data.synthetic import generate_problems
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+    from components.policy import build_tokenizer
     tok = build_tokenizer()
-    model = build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128),
-                         tok, seed=0)
+    model = tiny_test_policy(tok)
     return model, tok, generate_problems(12, [3], seed=1)
 
 

@@ -20,7 +20,6 @@ from components.engine.hf import HFEngine
 from components.methods.base import RolloutContext
 from components.methods.reinforce_ada import ReinforceAdaSeq, global_stats, seq_keep_counts
 from components.methods.registry import build
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
 from components.stages.base import NullTracker
 from components.trainer.config import TrainConfig
 from components.trainer.embedded import EmbeddedTrainer
@@ -198,17 +197,6 @@ def rule_reward(texts, golds):
 
 
 CFG = {"round_repeat": 4, "final_keep": 4}
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128),
-                        tok, seed=0)
 
 
 def real_run(model, tok, step=0, method=None):

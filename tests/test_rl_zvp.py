@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from tiny import tiny_test_policy
 
 from components.algos.advantages import zero_variance_groups, zvp_token_advantages
 
@@ -33,13 +34,13 @@ def test_trainer_learns_from_all_fail_groups(tmp_path):
     import copy
 
     from components.data.synthetic import generate_problems
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+    from components.policy import build_tokenizer
     from components.stages.base import NullTracker
     from components.trainer.config import TrainConfig
     from components.trainer.embedded import EmbeddedTrainer
 
     tok = build_tokenizer()
-    model = build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128), tok)
+    model = tiny_test_policy(tok)
     probs = generate_problems(4, [3], seed=2)
     never = lambda texts, golds: [(0.0, "wrong") for _ in texts]
     out = {}

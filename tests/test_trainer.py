@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from components.data.synthetic import generate_problems
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
 from components.stages.base import NullTracker
 from components.trainer.batch import build_sequences, token_weights
 from components.trainer.config import TrainConfig
@@ -22,17 +21,6 @@ from components.trainer.embedded import EmbeddedTrainer, batch_order
 def parity_reward(texts, golds):
     """1 when the response has an even number of characters: ~50 % success, mixed groups."""
     return [(float(len(t) % 2 == 0), "rule") for t in texts]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def base_model(tok):
-    return build_policy(TinyPolicyConfig(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_positions=128),
-                        tok, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -54,20 +42,20 @@ def params_equal(a, b):
     return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
-def test_vsr_with_rho_zero_is_grpo_bit_for_bit(base_model, tok, problems, tmp_path):
-    g = make({"method": "grpo", "method_config": {"n": 4}}, base_model, tok)
-    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.0}}, base_model, tok)
+def test_vsr_with_rho_zero_is_grpo_bit_for_bit(model, tok, problems, tmp_path):
+    g = make({"method": "grpo", "method_config": {"n": 4}}, model, tok)
+    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.0}}, model, tok)
     g.fit(problems, problems[:4], resources(problems), tmp_path / "g")
     v.fit(problems, problems[:4], resources(problems), tmp_path / "v")
     assert params_equal(g.model, v.model)
-    assert not params_equal(g.model, base_model)          # it did learn something
+    assert not params_equal(g.model, model)          # it did learn something
     strip = lambda h: [{k: x for k, x in r.items() if not k.startswith(("time/", "method/"))} for r in h]
     assert strip(g.history) == strip(v.history)
     assert g.meter.totals("train_rollout") == v.meter.totals("train_rollout")
 
 
-def test_vsr_replays_prefixes_that_stay_out_of_the_loss(base_model, tok, problems, tmp_path):
-    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.5}}, base_model, tok)
+def test_vsr_replays_prefixes_that_stay_out_of_the_loss(model, tok, problems, tmp_path):
+    v = make({"method": "vsr", "method_config": {"n": 4, "rho": 0.5}}, model, tok)
     v.method.setup(problems, {**resources(problems), "tokenizer": tok})
     groups = v.method.rollout(problems[:4], v.rollout_ctx(0, 0), np.random.default_rng(0))
     replays = [g for g in groups if g.is_replay]
@@ -90,9 +78,9 @@ def test_vsr_replays_prefixes_that_stay_out_of_the_loss(base_model, tok, problem
     assert v.meter.totals("train_rollout")["prompt_tokens"] == sum(len(g.context_ids) for g in groups)
 
 
-def test_resume_after_crash_continues_identically(base_model, tok, problems, tmp_path):
+def test_resume_after_crash_continues_identically(model, tok, problems, tmp_path):
     kw = {"method": "vsr", "method_config": {"n": 4, "rho": 0.5}, "steps": 4}
-    full = make(kw, base_model, tok)
+    full = make(kw, model, tok)
     full.fit(problems, problems[:4], resources(problems), tmp_path / "full")
 
     class Crash(Exception):
@@ -102,10 +90,10 @@ def test_resume_after_crash_continues_identically(base_model, tok, problems, tmp
         if step == 2:        # after the step-1 checkpoint (ckpt_every=2), before the next one
             raise Crash
 
-    first = make(kw, base_model, tok)
+    first = make(kw, model, tok)
     with pytest.raises(Crash):
         first.fit(problems, problems[:4], resources(problems), tmp_path / "crash", on_step=crash)
-    resumed = make(kw, base_model, tok)
+    resumed = make(kw, model, tok)
     resumed.fit(problems, problems[:4], resources(problems), tmp_path / "crash")
     assert params_equal(full.model, resumed.model)
     assert full.method.state_dict() == resumed.method.state_dict()
@@ -114,8 +102,8 @@ def test_resume_after_crash_continues_identically(base_model, tok, problems, tmp
     assert strip(full.history) == strip(resumed.history)
 
 
-def test_sft_trains_on_expert_traces_only(base_model, tok, problems, tmp_path):
-    s = make({"method": "sft"}, base_model, tok)
+def test_sft_trains_on_expert_traces_only(model, tok, problems, tmp_path):
+    s = make({"method": "sft"}, model, tok)
     s.method.setup(problems[:2], {"expert_traces": {problems[0].uid: problems[0].traces[0]}, "tokenizer": tok})
     assert s.method.training_problems(problems[:2]) == [problems[0]]
     groups = s.method.rollout(problems[:2], s.rollout_ctx(0, 0), np.random.default_rng(0))

@@ -173,13 +173,7 @@ def seq_keep_counts(n_pos: int, n_neg: int, n: int, choice: str, finished: bool)
     """
     if finished:
         kp = min(n // 2, n_pos)
-        kn = min(n - kp, n_neg)
-        if kp + kn < n:
-            if n_pos > kp:
-                kp += min(n_pos - kp, n - kp - kn)
-            elif n_neg > kn:
-                kn += min(n_neg - kn, n - kp - kn)
-        return kp, kn
+        return _fill(kp, min(n - kp, n_neg), n_pos, n_neg, n)
     total = n_pos + n_neg
     take = min(n, total)
     if choice == "positive_focused":
@@ -188,12 +182,17 @@ def seq_keep_counts(n_pos: int, n_neg: int, n: int, choice: str, finished: bool)
         tn = take - tp
     else:
         tp, tn = n // 2, n - n // 2
-    kp, kn = min(n_pos, tp), min(n_neg, tn)
-    if kp + kn < take:
+    return _fill(min(n_pos, tp), min(n_neg, tn), n_pos, n_neg, take)
+
+
+def _fill(kp: int, kn: int, n_pos: int, n_neg: int, size: int) -> tuple[int, int]:
+    """Top (kept positives, kept negatives) up to ``size``: from the positives left, else
+    from the negatives left."""
+    if kp + kn < size:
         if n_pos > kp:
-            kp += min(n_pos - kp, take - kp - kn)
+            kp += min(n_pos - kp, size - kp - kn)
         elif n_neg > kn:
-            kn += min(n_neg - kn, take - kp - kn)
+            kn += min(n_neg - kn, size - kp - kn)
     return kp, kn
 
 

@@ -14,7 +14,7 @@ from tiny import tiny_test_policy
 
 from components.data.synthetic import generate_problems
 from components.methods.registry import available, build
-from components.policy import build_tokenizer
+from components.policy.tokenizer import build_tokenizer
 from components.stages.base import NullTracker
 from components.trainer.batch import build_sequences
 from components.trainer.config import TrainConfig
@@ -51,7 +51,7 @@ def trainer(name, setup, steps=2):
 
 def one_step(t, setup):
     _, _, probs, _ = setup
-    batch = getattr(t.method, "training_problems", lambda ps: ps)(probs)[:B]
+    batch = t.method.training_problems(probs)[:B]
     before = t.meter.totals()
     with t.meter.tagged(step=0):
         groups = t.method.rollout(batch, t.rollout_ctx(0, 3), np.random.default_rng([3, 0, 17]))

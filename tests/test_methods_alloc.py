@@ -318,9 +318,10 @@ def test_embedded_trainer_runs_two_steps(name, model, tok, problems, tmp_path):
 
 
 def test_trainer_sees_the_reinforce_ada_weight(model, tok, problems):
-    from components.trainer.batch import build_sequences
+    from components.methods.base import advantage_terms
     m = new_method("reinforce_ada_est", problems, tok)
     groups, _ = run_step(m, model, tok, problems[:4], 0, parity_reward)
-    seqs = build_sequences(groups, tok.pad_token_id)
-    want = [g.meta["adv_weight"] for g in groups for _ in g.responses]
-    assert seqs.adv_weight.tolist() == pytest.approx(want)
+    fixed, weight = advantage_terms(m, groups)
+    want = [1 / math.sqrt(np.mean(g.rewards) + 1e-6) for g in groups for _ in g.responses]
+    assert weight == pytest.approx(want) and len(set(weight)) > 1
+    assert all(math.isnan(a) for a in fixed)           # Est weights the estimator, never replaces it

@@ -136,13 +136,20 @@ def test_verl_uid_advantages_equal_ours(estimator):
 def test_method_advantage_terms_follow_the_embedded_rules():
     from components.trainer.verl.batch import apply_method_advantages, groups_to_dataproto, verl_advantages
 
+    from components.methods.grpo import GRPO, GRPOConfig
+
+    class Terms(GRPO):
+        def sample_advantages(self, group):        # exact per-sample (Reinforce-Ada-Seq)
+            return [0.5, -1.0, 2.0] if group is groups[0] else None
+
+        def advantage_weight(self, group):         # per-group weight (Reinforce-Ada-Est)
+            return 3.0 if group is groups[2] else 1.0
+
     groups = _groups(np.random.default_rng(2), sizes=(3, 2, 4))
-    groups[0].meta["advantages"] = [0.5, -1.0, 2.0]     # exact per-sample (Reinforce-Ada-Seq)
-    groups[2].meta["adv_weight"] = 3.0                  # per-group weight (Reinforce-Ada-Est)
     d = groups_to_dataproto(groups, pad_id=0)
     base = verl_advantages(d, "grpo")
     d.batch["advantages"] = base.clone()
-    apply_method_advantages(d, groups)
+    apply_method_advantages(d, Terms(GRPOConfig()), groups)
     m = d.batch["response_mask"].float()
     got = d.batch["advantages"]
     torch.testing.assert_close(got[:3], torch.tensor([0.5, -1.0, 2.0])[:, None] * m[:3])
@@ -154,7 +161,8 @@ def test_method_advantage_terms_follow_the_embedded_rules():
 
 @pytest.fixture(scope="module")
 def tiny():
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+    from components.policy.model import TinyPolicyConfig, build_policy
+    from components.policy.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     model = build_policy(TinyPolicyConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128), tok, seed=0).eval()

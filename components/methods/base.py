@@ -1,24 +1,34 @@
-"""The method protocol: a method decides *what to roll out*.
+"""The method protocol: a method decides *what to roll out* and, through typed hooks with
+defaults, the few things a trainer must ask it.
 
-Which prompts or replayed prefix states, how many samples each, in how many rounds,
-and which samples reach the loss. It talks to a ``RolloutEngine`` and a grader
-through a ``RolloutContext`` and never to a training framework, so the embedded
-trainer and the verl trainer share every method unchanged.
+Which prompts or replayed prefix states, how many samples each, in how many rounds, and
+which samples reach the loss. It talks to a ``RolloutEngine`` and a grader through a
+``RolloutContext`` and never to a training framework, so the embedded trainer and the verl
+trainer share every method unchanged. Every method subclasses :class:`Method`; the
+registry refuses a class that does not.
 
-    groups = method.rollout(batch, ctx, rng)   # list[Group]
-    method.observe(groups)                     # update buffers / posteriors / histories
+    method.setup(problems, resources)
+    train_set = method.training_problems(problems)   # default: all of them
+    groups = method.rollout(batch, ctx, rng)          # list[Group]
+    method.observe(groups)                            # update buffers / posteriors / histories
+    method.sample_advantages(g) / method.advantage_weight(g)   # per-sample advantage terms
+    method.token_advantage_groups(groups) / method.token_advantages(...)   # per-token ones
+    method.step_stats()                               # logged as method/<key> each step
     method.state_dict() / method.load_state_dict(state)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from components.data.schema import Problem
 from components.engine.base import Completion, Request, RolloutEngine, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
 
 
 class MethodConfig(BaseModel):
@@ -116,37 +126,91 @@ class RolloutContext:
         return groups
 
 
-class Stateless:
-    """Protocol defaults for a method that keeps nothing between steps."""
+class Method:
+    """Base of every method: the protocol with its defaults.
 
+    A subclass sets ``name`` and ``Config`` and implements ``rollout`` and
+    ``rollouts_per_step``; every other hook has a default that is right for a method that
+    keeps nothing between steps, trains on every problem and leaves advantages to the
+    trainer's estimator. Torch is imported only by the hooks that take tensors, so building
+    a method's config stays light.
+    """
+    name: ClassVar[str]
+    Config: ClassVar[type[MethodConfig]]
+    config: MethodConfig
+    # True when ``token_advantages`` is implemented: a trainer that cannot compute per-token
+    # advantages from the policy's entropy inside its loss (verl) refuses the method
+    per_token_advantages: ClassVar[bool] = False
+
+    # ---------------------------------------------------------------- lifecycle
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
+        """Called once before training with the training problems and stage inputs."""
+
+    def training_problems(self, problems: Sequence[Problem]) -> list[Problem]:
+        """The problems the trainer draws its batches from (after ``setup``)."""
+        return list(problems)
+
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext,
+                rng: np.random.Generator) -> list[Group]:
+        raise NotImplementedError(f"{type(self).__name__}.rollout")
+
+    def rollouts_per_step(self, batch_size: int) -> int:
+        """Rollouts one step generates for a batch of ``batch_size`` prompts (budget contract)."""
+        raise NotImplementedError(f"{type(self).__name__}.rollouts_per_step")
 
     def observe(self, groups: list[Group]) -> None:
-        pass
+        """The step's groups, after rollout and before the update."""
+
+    def step_stats(self) -> dict[str, float]:
+        """Numbers about the last step, logged as ``method/<key>``."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state a resumed run needs (checkpointed with the weights)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    # ---------------------------------------------------------------- advantage terms
+    def sample_advantages(self, group: Group) -> Sequence[float] | None:
+        """Exact advantages of the group's samples that replace the trainer's estimator
+        (one per sample, in order), or None to use the estimator."""
+        return None
 
-class Method(Protocol):
-    name: str
-    config: MethodConfig
+    def advantage_weight(self, group: Group) -> float:
+        """Factor on every advantage of the group (after ``sample_advantages``)."""
+        return 1.0
 
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        """Called once before training with the training problems and stage inputs."""
+    def token_advantage_groups(self, groups: Sequence[Group]) -> list[bool]:
+        """Per group: True when its samples get per-token advantages from ``token_advantages``
+        instead of the group's per-sample ones."""
+        return [False] * len(groups)
 
-    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext,
-                rng: np.random.Generator) -> list[Group]: ...
+    def token_advantages(self, entropy: torch.Tensor, mask: torch.Tensor,
+                         rewards: torch.Tensor) -> torch.Tensor:
+        """[n, T] advantages for ``n`` samples of the groups ``token_advantage_groups`` chose,
+        from the current policy's detached per-token entropy [n, T], the response mask [n, T]
+        and the samples' rewards [n]. Only for ``per_token_advantages = True``."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-token advantages")
 
-    def observe(self, groups: list[Group]) -> None: ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+# methods that keep nothing between steps subclass this name for readability
+Stateless = Method
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
-    def rollouts_per_step(self, batch_size: int) -> int:
-        """Rollouts one step generates for a batch of ``batch_size`` prompts (budget contract)."""
+def advantage_terms(method: Method, groups: Sequence[Group]) -> tuple[list[float], list[float]]:
+    """Per sample of ``groups`` in order: the method's exact advantage (NaN: use the
+    trainer's estimator) and its group's advantage weight. What both backends apply."""
+    fixed: list[float] = []
+    weight: list[float] = []
+    for g in groups:
+        adv = method.sample_advantages(g)
+        if adv is None:
+            fixed.extend([float("nan")] * g.n)
+        else:
+            if len(adv) != g.n:
+                raise ValueError(f"{method.name}: {len(adv)} advantages for group {g.uid} of {g.n} samples")
+            fixed.extend(float(a) for a in adv)
+        weight.extend([float(method.advantage_weight(g))] * g.n)
+    return fixed, weight

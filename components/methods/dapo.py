@@ -149,5 +149,5 @@ class DAPO(Stateless):
         """Rollouts of one generation round (the minimum a step generates)."""
         return math.ceil(self.config.gen_batch_multiplier * batch_size - 1e-9) * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         return dict(self.last_stats)

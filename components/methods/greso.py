@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 
 class GRESOConfig(MethodConfig):
@@ -91,7 +91,7 @@ def skip_probability(trace: Sequence, p_easy: float, p_hard: float, easy_thresho
     return 0.0
 
 
-class GRESO:
+class GRESO(Method):
     name = "greso"
     Config = GRESOConfig
 
@@ -180,7 +180,7 @@ class GRESO:
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         return {**self.last, "traced_prompts": float(len(self.traces))}
 
     def state_dict(self) -> dict[str, Any]:

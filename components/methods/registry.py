@@ -21,6 +21,9 @@ _METHODS: dict[str, str] = {
     "greso": "components.methods.greso:GRESO",
     "vip": "components.methods.vip:VIP",
     "rl_zvp": "components.methods.rl_zvp:RLZVP",
+    "sara": "components.methods.sara:SARA", "sara_dps": "components.methods.sara:SARADPS",
+    "cero": "components.methods.cero:CERO", "pair": "components.methods.pair:PAIR",
+    "vigor_vsr": "components.methods.composed:VIGORVSR", "vip_vsr": "components.methods.composed:VIPVSR",
 }
 
 
@@ -36,8 +39,13 @@ def available() -> list[str]:
 def method_class(name: str) -> type:
     if name not in _METHODS:
         raise KeyError(f"unknown method '{name}' (available: {', '.join(available())})")
-    mod, _, cls = _METHODS[name].partition(":")
-    return getattr(importlib.import_module(mod), cls)
+    from components.methods.base import Method
+
+    mod, _, attr = _METHODS[name].partition(":")
+    cls = getattr(importlib.import_module(mod), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise TypeError(f"method '{name}' ({_METHODS[name]}) does not subclass components.methods.base.Method")
+    return cls
 
 
 def build(name: str, config: dict[str, Any] | None = None):

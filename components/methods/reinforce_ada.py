@@ -12,9 +12,9 @@ variant; the released RLHFlow/Reinforce-Ada code implements only ``Seq``):
 4. explicit weight alpha_x = 1/sqrt(r_bar_x + eps); advantage A_i = (r_i - r_bar_x) * alpha_x;
 5. update the estimator (``observe``).
 
-The trainer computes advantages itself. Step 4's weight is put in ``Group.meta["adv_weight"]``
-(``weight_mode="meta"``, default): the trainer must multiply each sequence's advantage by its
-group's ``adv_weight``. Use ``adv_estimator="drgrpo"`` for A_i = r_i - r_bar (the paper's form).
+The trainer computes advantages itself. Step 4's weight is kept in ``Group.meta["adv_weight"]``
+(``weight_mode="meta"``, default) and returned by ``advantage_weight``: the trainer multiplies
+each sequence's advantage by it. Use ``adv_estimator="drgrpo"`` for A_i = r_i - r_bar (the paper's form).
 ``weight_mode="rewards"`` instead multiplies the group's rewards by alpha_x, which gives the
 same advantages with ``drgrpo``/``rloo`` (linear in r) and no trainer change, but scales the
 logged rewards (the raw ones stay in ``meta["raw_rewards"]``); it is a no-op under ``grpo``.
@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
+from components.methods.base import Group, Method, MethodConfig, RolloutContext, Stateless
 from components.methods.dapo import discard
 
 
@@ -103,16 +103,13 @@ class ReinforceAdaEstConfig(MethodConfig):
         return self
 
 
-class ReinforceAdaEst:
+class ReinforceAdaEst(Method):
     name = "reinforce_ada_est"
     Config = ReinforceAdaEstConfig
 
     def __init__(self, config: ReinforceAdaEstConfig):
         self.config = config
         self.ema: dict[str, list[float]] = {}     # problem uid -> [N_tot, N_pos]
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def p_hat(self, uid: str) -> float:
         c = self.config
@@ -150,7 +147,11 @@ class ReinforceAdaEst:
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n_mean
 
-    def buffer_stats(self) -> dict[str, float]:
+    def advantage_weight(self, group: Group) -> float:
+        """Step 4's alpha_x (``weight_mode="meta"``; 1 otherwise)."""
+        return float(group.meta.get("adv_weight", 1.0))
+
+    def step_stats(self) -> dict[str, float]:
         return {"tracked_prompts": float(len(self.ema))}
 
     def state_dict(self) -> dict[str, Any]:
@@ -243,8 +244,8 @@ class ReinforceAdaSeq(Stateless):
     trainer's per-group estimator cannot reproduce them. They are put in
     ``Group.meta["advantages"]`` (one float per kept sample, in order):
     A_i = (r_i - mean) / (std + eps) if ``norm_adv_by_std`` else r_i - mean (verl adds eps to
-    the already clamped std). The trainer must use ``meta["advantages"]`` when present instead of
-    its own estimator. With ``global_stat_est=False`` no advantages are set and the trainer's
+    the already clamped std). ``sample_advantages`` hands them to the trainer, which uses them
+    instead of its own estimator. With ``global_stat_est=False`` no advantages are set and the trainer's
     estimator runs on the kept samples (verl's local statistics).
 
     The paper's extra 1/p_hat factor is not applied (the released code does not).
@@ -259,9 +260,6 @@ class ReinforceAdaSeq(Stateless):
     def __init__(self, config: ReinforceAdaSeqConfig):
         self.config = config
         self.last_stats: dict[str, float] = {}
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def _exits(self, n_pos: int, n_neg: int) -> bool:
         c, n = self.config, self.config.final_keep
@@ -345,5 +343,9 @@ class ReinforceAdaSeq(Stateless):
         """Rollouts of round 0 (the minimum a step generates; the maximum is max_rounds times it)."""
         return batch_size * self.config.round_repeat
 
-    def buffer_stats(self) -> dict[str, float]:
+    def sample_advantages(self, group: Group) -> list[float] | None:
+        """The global-statistics advantages (``global_stat_est``); None: the trainer's estimator."""
+        return group.meta.get("advantages")
+
+    def step_stats(self) -> dict[str, float]:
         return dict(self.last_stats)

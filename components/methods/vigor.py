@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 
 def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tuple[float, float]:
@@ -64,15 +64,12 @@ def bernoulli_var(rewards: Sequence[float]) -> float:
     return p * (1.0 - p)
 
 
-class VIGOR:
+class VIGOR(Method):
     name = "vigor"
     Config = VIGORConfig
 
     def __init__(self, config: VIGORConfig):
         self.config = config
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def schedule(self, batch_size: int) -> list[tuple[int, int]]:
         """[(active prompts a_t, new rollouts per active prompt)] for rounds t = 0..T-1."""
@@ -112,14 +109,5 @@ class VIGOR:
                 m.meta["round_of_sample"] += [t] * g.n
         return merged
 
-    def observe(self, groups: list[Group]) -> None:
-        pass
-
     def rollouts_per_step(self, batch_size: int) -> int:
         return sum(a * per for a, per in self.schedule(batch_size))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -42,7 +42,7 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.spatial.distance import pdist
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 
 # ---------------------------------------------------------------------------- embeddings
@@ -330,7 +330,7 @@ class VIPConfig(MethodConfig):
         return self
 
 
-class VIP:
+class VIP(Method):
     name = "vip"
     Config = VIPConfig
 
@@ -399,7 +399,7 @@ class VIP:
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.budget_per_prompt
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         return {**self.last, "seen_prompts": float(self.gp.seen.sum())}
 
     def state_dict(self) -> dict[str, Any]:

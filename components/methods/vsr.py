@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 
 class VSRConfig(MethodConfig):
@@ -68,7 +68,7 @@ def sigma_hat(p0: float, alpha: float, reward: float = 1.0) -> float:
     return math.sqrt(max(p * (1.0 - p), 0.0))
 
 
-class VSR:
+class VSR(Method):
     name = "vsr"
     Config = VSRConfig
 
@@ -226,7 +226,7 @@ class VSR:
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         src = [t.source for t in self.buffer.values()]
         return {"buffer_trajectories": len(src), "buffer_expert": src.count("expert"),
                 "buffer_policy": src.count("policy")}

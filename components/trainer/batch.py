@@ -21,17 +21,15 @@ class Sequences:
     group_ids: list[str]         # advantage grouping key per sequence
     rewards: torch.Tensor        # [N]
     supervised: torch.Tensor     # [N] bool: NLL target instead of policy gradient
-    adv_weight: torch.Tensor     # [N] per-group advantage weight (Group.meta["adv_weight"], default 1)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
 
 def build_sequences(groups: list[Group], pad_id: int) -> Sequences:
-    rows, masks, gids, rewards, sup, weights = [], [], [], [], [], []
+    rows, masks, gids, rewards, sup = [], [], [], [], []
     for g in groups:
         for resp, r in zip(g.responses, g.rewards):
-            weights.append(float(g.meta.get("adv_weight", 1.0)))
             rows.append(list(g.context_ids) + list(resp))
             masks.append([0] * len(g.context_ids) + [1] * len(resp))
             gids.append(g.uid)
@@ -45,8 +43,7 @@ def build_sequences(groups: list[Group], pad_id: int) -> Sequences:
         ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         att[i, : len(r)] = 1
         msk[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
-    return Sequences(ids, att, msk, gids, torch.tensor(rewards), torch.tensor(sup, dtype=torch.bool),
-                     torch.tensor(weights))
+    return Sequences(ids, att, msk, gids, torch.tensor(rewards), torch.tensor(sup, dtype=torch.bool))
 
 
 def token_weights(mask: torch.Tensor, mode: str, horizon: int | None = None) -> torch.Tensor:

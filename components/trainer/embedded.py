@@ -19,12 +19,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from components.algos.advantages import (grpo_advantages, rloo_advantages, zero_variance_groups,
-                                         zvp_token_advantages)
+from components.algos.advantages import grpo_advantages, rloo_advantages
 from components.data.prompting import encode_prompt
 from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
-from components.methods.base import Group, RolloutContext
+from components.methods.base import Group, RolloutContext, advantage_terms
 from components.methods.registry import build
 from components.progress import step_progress
 from components.trainer.config import TrainConfig
@@ -102,14 +101,14 @@ class EmbeddedTrainer:
         # generated samples, not only the kept ones) and weight a group's advantages
         # (Reinforce-Ada-Est's 1/sqrt(p) factor)
         adv = group_advantages(seqs, c.adv_estimator)
-        fixed = torch.tensor([a for g in groups for a in g.meta.get("advantages", [float("nan")] * g.n)],
-                             dtype=adv.dtype)
-        adv = torch.where(torch.isnan(fixed), adv, fixed) * seqs.adv_weight
+        fixed, weight = advantage_terms(self.method, groups)
+        fixed = torch.tensor(fixed, dtype=adv.dtype)
+        adv = torch.where(torch.isnan(fixed), adv, fixed) * torch.tensor(weight)
         adv = torch.where(seqs.supervised, torch.zeros_like(adv), adv)
         mask = seqs.response_mask
-        zvp_alpha = float(getattr(self.method, "zvp_alpha", 0.0))
-        zvp = (zero_variance_groups(seqs.rewards, seqs.group_ids) & ~seqs.supervised if zvp_alpha > 0
-               else torch.zeros(len(seqs), dtype=torch.bool))
+        # rows whose advantages are per token, from the policy's entropy (RL-ZVP)
+        zvp = torch.tensor([t for g, t in zip(groups, self.method.token_advantage_groups(groups))
+                            for _ in range(g.n)], dtype=torch.bool)
         horizon = c.max_new_tokens
         w_pg = token_weights(mask * (~seqs.supervised)[:, None], c.loss_agg_mode, horizon)
         w_sup = token_weights(mask * seqs.supervised[:, None], "token-mean")
@@ -138,8 +137,8 @@ class EmbeddedTrainer:
                 old = logp.detach() if old_logp is None else old_logp[i:i + len(idx), :T]
                 ratio = torch.exp(logp - old)
                 a = adv[idx][:, None]
-                if zvp[idx].any():   # RL-ZVP: entropy-shaped token advantages for zero-variance groups
-                    tok_adv = zvp_token_advantages(ent, m, seqs.rewards[idx] > 0, zvp_alpha)
+                if zvp[idx].any():
+                    tok_adv = self.method.token_advantages(ent, m, seqs.rewards[idx])
                     a = torch.where(zvp[idx][:, None], tok_adv, a.expand_as(tok_adv))
                 pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - c.clip_low, 1 + c.clip_high))
                 loss = (pg * w_pg[idx, :T]).sum() + (-logp * w_sup[idx, :T]).sum()
@@ -165,7 +164,7 @@ class EmbeddedTrainer:
             work_dir: Path, on_step: Callable[[int], None] | None = None, progress: bool = True) -> dict[str, Any]:
         c = self.cfg
         self.method.setup(problems, {**resources, "tokenizer": self.tok})
-        train_set = list(getattr(self.method, "training_problems", lambda ps: ps)(problems))
+        train_set = self.method.training_problems(problems)
         if not train_set:
             raise ValueError(f"{c.method}: no training problems")
         val_set = list(val_problems)[: c.val_size]
@@ -199,7 +198,7 @@ class EmbeddedTrainer:
                 row.update({f"train/{k}": v for k, v in upd.items()})
                 row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen,
                             "lr": self.sched.get_last_lr()[0]})
-                row.update({f"method/{k}": v for k, v in getattr(self.method, "buffer_stats", dict)().items()})
+                row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
                 if val_set and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
                     row["val/accuracy"] = self.validate(val_set, step)
                     row["val/clip_ratio"] = self.val_clip_ratio

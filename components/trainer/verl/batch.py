@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from components.methods.base import Group
+from components.methods.base import Group, Method, advantage_terms
 
 
 def groups_to_dataproto(groups: Sequence[Group], pad_id: int, response_length: int | None = None):
@@ -103,14 +103,13 @@ def verl_advantages(data, estimator: str) -> torch.Tensor:
     return adv
 
 
-def apply_method_advantages(data, groups: Sequence[Group]) -> None:
-    """A method's own advantage terms on top of verl's (the embedded trainer's rules):
-    exact per-sample advantages from ``meta['advantages']`` replace the estimator's, and
-    ``meta['adv_weight']`` scales a group's. In place on ``data.batch['advantages']``."""
-    fixed = torch.tensor([a for g in groups for a in g.meta.get("advantages", [float("nan")] * g.n)],
-                         dtype=torch.float32)
-    weight = torch.tensor([float(g.meta.get("adv_weight", 1.0)) for g in groups for _ in range(g.n)],
-                          dtype=torch.float32)
+def apply_method_advantages(data, method: Method, groups: Sequence[Group]) -> None:
+    """A method's own advantage terms on top of verl's (the embedded trainer's rules): its
+    exact per-sample advantages (``sample_advantages``) replace the estimator's, and its
+    ``advantage_weight`` scales a group's. In place on ``data.batch['advantages']``."""
+    fixed, weight = advantage_terms(method, groups)
+    fixed = torch.tensor(fixed, dtype=torch.float32)
+    weight = torch.tensor(weight, dtype=torch.float32)
     if len(fixed) != len(data):
         raise ValueError(f"apply_method_advantages: {len(fixed)} samples in the groups, {len(data)} rows")
     mask = data.batch["response_mask"].float()

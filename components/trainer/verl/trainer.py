@@ -75,7 +75,7 @@ class RLVRPPOTrainer(RayPPOTrainer):
         self.meter = TokenMeter(method=train_cfg.method, seed=train_cfg.seed, backend="verl")
         self.method = build(train_cfg.method, train_cfg.method_config)
         self.history: list[dict[str, float]] = []
-        if getattr(self.method, "zvp_alpha", 0.0):
+        if self.method.per_token_advantages:
             raise ValueError(f"method {train_cfg.method}: entropy-shaped token advantages (RL-ZVP) are "
                              "embedded-trainer only; use backend: embedded")
 
@@ -117,7 +117,7 @@ class RLVRPPOTrainer(RayPPOTrainer):
             raise ValueError(f"method {self.cfg.method}: supervised groups (SFT) are embedded-trainer only")
         data = groups_to_dataproto(groups, self.tokenizer.pad_token_id, response_length=self.cfg.max_new_tokens)
         data.batch["advantages"] = verl_advantages(data, self.cfg.adv_estimator)
-        apply_method_advantages(data, groups)
+        apply_method_advantages(data, self.method, groups)
         data.batch["returns"] = data.batch["advantages"].clone()
         data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
         # pad to the data-parallel size with copies that carry no loss (fully masked rows are
@@ -172,7 +172,7 @@ class RLVRPPOTrainer(RayPPOTrainer):
                                default_backend=self.config.trainer.logger,
                                config=OmegaConf.to_container(self.config, resolve=True))
         self.method.setup(problems, {**resources, "tokenizer": self.tokenizer})
-        train_set = list(getattr(self.method, "training_problems", lambda ps: ps)(problems))
+        train_set = self.method.training_problems(problems)
         if not train_set:
             raise ValueError(f"{c.method}: no training problems")
         val_set = list(val_problems)[: c.val_size]
@@ -202,7 +202,7 @@ class RLVRPPOTrainer(RayPPOTrainer):
             row = EmbeddedTrainer._step_metrics(self, groups, before, self.meter.totals())  # same metric names
             row.update(upd)
             row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
-            row.update({f"method/{k}": v for k, v in getattr(self.method, "buffer_stats", dict)().items()})
+            row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
             if val_set and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
                 row["val/accuracy"] = self.validate_accuracy(val_set, step)
             self._log(row, step=step + 1)

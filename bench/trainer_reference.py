@@ -1,0 +1,145 @@
+"""Per-step metrics and final weight digests of short embedded-trainer runs, one per case.
+
+A refactor of the trainer or of a method that is meant to keep behaviour must leave every
+case's record equal, bit for bit: ``--save`` records the current code, ``--compare`` runs it
+again and prints, per case, whether the metrics (wall-clock ``time/`` keys excluded) and the
+final weights are identical, and which keys differ.
+
+    python bench/trainer_reference.py --save /tmp/ref.json
+    python bench/trainer_reference.py --compare /tmp/ref.json [--cases grpo,dapo]
+
+Tiny random policy (``tests/tiny.py``), synthetic problems, a deterministic reward on the
+text (mixed groups from an untrained policy), 3 steps, one torch thread.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+BASE = {"steps": 3, "batch_prompts": 4, "max_new_tokens": 12, "val_size": 2, "val_samples": 1,
+        "ckpt_every": 2, "val_every": 2, "lr": 1e-3, "seed": 3}
+
+# name -> TrainConfig overrides. ppo_epochs=2 / kl cases exercise the loss's off-policy terms.
+CASES: dict[str, dict] = {
+    "grpo": {"method": "grpo", "method_config": {"n": 4}},
+    "grpo_ppo2": {"method": "grpo", "method_config": {"n": 4}, "ppo_epochs": 2, "micro_batch": 5},
+    "grpo_kl": {"method": "grpo", "method_config": {"n": 4}, "kl_coef": 0.1},
+    "grpo_rloo_tokmean": {"method": "grpo", "method_config": {"n": 4}, "adv_estimator": "rloo",
+                          "loss_agg_mode": "token-mean", "clip_high": 0.28},
+    "vsr": {"method": "vsr", "method_config": {"n": 4, "rho": 0.5}},
+    "sft": {"method": "sft"},
+    "rl_zvp": {"method": "rl_zvp", "method_config": {"n": 4}},
+    "rl_zvp_ppo2": {"method": "rl_zvp", "method_config": {"n": 4}, "ppo_epochs": 2},
+    "reinforce_ada_est": {"method": "reinforce_ada_est", "method_config": {"n_mean": 4, "n_min": 2, "n_max": 8},
+                          "adv_estimator": "drgrpo"},
+    "reinforce_ada_seq": {"method": "reinforce_ada_seq", "method_config": {"round_repeat": 4, "max_rounds": 2}},
+    "greso": {"method": "greso", "method_config": {"n": 4}},
+    "dapo": {"method": "dapo", "method_config": {"n": 4}},
+    "dapo_mult1": {"method": "dapo", "method_config": {"n": 4, "gen_batch_multiplier": 1.0}},
+    "vip": {"method": "vip", "method_config": {"budget_per_prompt": 4}},
+    "vigor": {"method": "vigor"},
+    "pods": {"method": "pods", "method_config": {"n": 8, "m": 4}},
+}
+
+
+def rule_reward(texts, golds):
+    return [(float(len(t) % 2 == 0), "rule") for t in texts]
+
+
+def weights_digest(model) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def run_case(name: str, tok, model, problems, work: Path) -> dict:
+    from components.stages.base import NullTracker
+    from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.config import TrainConfig
+
+    cfg = TrainConfig(**{**BASE, **CASES[name]})
+    t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, rule_reward, NullTracker())
+    res = {"expert_traces": {p.uid: p.traces[0] for p in problems}, "p0": {p.uid: 0.3 for p in problems}}
+    t.fit(problems, problems[:2], res, work / name, progress=False)
+    hist = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in t.history]
+    return {"history": hist, "weights": weights_digest(t.model), "meter": t.meter.totals(),
+            "method_state": json.loads(json.dumps(t.method.state_dict()))}
+
+
+def diff(a: dict, b: dict) -> list[str]:
+    out = []
+    if a["weights"] != b["weights"]:
+        out.append("weights")
+    if a["meter"] != b["meter"]:
+        out.append("meter")
+    if a["method_state"] != b["method_state"]:
+        out.append("method_state")
+    if len(a["history"]) != len(b["history"]):
+        out.append(f"history rows {len(a['history'])} != {len(b['history'])}")
+    for ra, rb in zip(a["history"], b["history"]):
+        keys = sorted(set(ra) | set(rb))
+        bad = [k for k in keys if ra.get(k) != rb.get(k)]
+        if bad:
+            out.append(f"step {ra.get('step')}: " + ", ".join(
+                f"{k} {ra.get(k)!r} -> {rb.get(k)!r}" for k in bad))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--save", type=Path)
+    g.add_argument("--compare", type=Path)
+    ap.add_argument("--cases", default=",".join(CASES))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from components.data.synthetic import generate_problems
+    from components.policy.tokenizer import build_tokenizer
+    from tiny import tiny_test_policy
+
+    tok = build_tokenizer()
+    model = tiny_test_policy(tok)
+    problems = generate_problems(12, [3], seed=1)
+    names = [n for n in args.cases.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
+    ref = json.loads(args.compare.read_text()) if args.compare else {}
+    out, changed = {}, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in names:
+            t0 = time.monotonic()
+            out[n] = run_case(n, tok, model, problems, Path(tmp))
+            if args.compare:
+                if n not in ref:
+                    print(f"{n:20s} NOT IN REFERENCE")
+                    changed += 1
+                    continue
+                d = diff(ref[n], out[n])
+                changed += bool(d)
+                print(f"{n:20s} {'IDENTICAL' if not d else 'CHANGED'} ({time.monotonic() - t0:.1f}s)")
+                for line in d:
+                    print(f"    {line}")
+            else:
+                print(f"{n:20s} recorded ({time.monotonic() - t0:.1f}s) weights {out[n]['weights'][:12]}")
+    if args.save:
+        args.save.write_text(json.dumps(out, indent=1, sort_keys=True))
+    else:
+        print(f"{len(names) - changed}/{len(names)} cases identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,8 @@ from components.engine.base import Request, SamplingParams, TokenMeter  # noqa: 
 
 
 def load(model_arg: str | None):
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, load_policy
+    from components.policy.model import TinyPolicyConfig, build_policy, load_policy
+    from components.policy.tokenizer import build_tokenizer
 
     if model_arg is None:
         tok = build_tokenizer()

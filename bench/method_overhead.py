@@ -27,7 +27,8 @@ from components.engine.base import Completion, Request, SamplingParams, TokenMet
 from components.engine.hf import HFEngine  # noqa: E402
 from components.methods.base import RolloutContext  # noqa: E402
 from components.methods.registry import available, build  # noqa: E402
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer  # noqa: E402
+from components.policy.model import TinyPolicyConfig, build_policy  # noqa: E402
+from components.policy.tokenizer import build_tokenizer  # noqa: E402
 
 
 class InstantEngine:

@@ -24,7 +24,9 @@ import torch  # noqa: E402
 from components.data.synthetic import generate_problems  # noqa: E402
 from components.engine.base import Request, SamplingParams  # noqa: E402
 from components.engine.hf import HFEngine  # noqa: E402
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, pretrain_policy, save_policy  # noqa: E402
+from components.policy.model import TinyPolicyConfig, build_policy, save_policy  # noqa: E402
+from components.policy.pretraining import pretrain_policy  # noqa: E402
+from components.policy.tokenizer import build_tokenizer  # noqa: E402
 
 BOXED = re.compile(r"\\boxed\{(-?\d+)\}")
 

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(counts: list[int]) -> None:
     import torch
 
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+    from components.policy.model import TinyPolicyConfig, build_policy
+    from components.policy.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     model = build_policy(TinyPolicyConfig(), tok, seed=0)

@@ -32,7 +32,7 @@ TINY_SPECIALS = ("<pad>", "<eos>", "<unk>")
 
 
 def is_tiny_tokenizer(model_dir: str | Path) -> bool:
-    """True for the character tokenizer of ``components.policy`` (specials <pad>,<eos>,<unk> = 0,1,2)."""
+    """True for the character tokenizer of ``components.policy.tokenizer`` (specials <pad>,<eos>,<unk> = 0,1,2)."""
     f = Path(model_dir) / "tokenizer.json"
     if not f.is_file():
         return False
@@ -48,7 +48,7 @@ def load_tokenizer_any(model_dir: str | Path):
     """The tiny tokenizer as saved, or ``AutoTokenizer`` for any other model (left padding,
     pad = eos when the model has no pad token: generation pads on the left)."""
     if is_tiny_tokenizer(model_dir):
-        from components.policy import load_tokenizer
+        from components.policy.tokenizer import load_tokenizer
         return load_tokenizer(model_dir)
     from transformers import AutoTokenizer
 

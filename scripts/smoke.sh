@@ -46,7 +46,8 @@ import json, sys
 from pathlib import Path
 from components.data.schema import write_problems
 from components.data.synthetic import generate_problems
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, save_policy
+from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+from components.policy.tokenizer import build_tokenizer
 
 work = Path(sys.argv[1])
 tok = build_tokenizer()

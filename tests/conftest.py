@@ -20,7 +20,7 @@ def _torch_threads():
 
 @pytest.fixture(scope="module")
 def tok():
-    from components.policy import build_tokenizer
+    from components.policy.tokenizer import build_tokenizer
     return build_tokenizer()
 
 

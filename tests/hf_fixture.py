@@ -18,7 +18,8 @@ def build_chat_model_dir(path: Path, seed: int = 0) -> Path:
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    from components.policy import QWEN2_PRETOKENIZE_REGEX, quiet_hf
+    from components.policy.model import quiet_hf
+    from components.policy.tokenizer import QWEN2_PRETOKENIZE_REGEX
 
     quiet_hf()
     vocab = {s: i for i, s in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}

@@ -6,7 +6,8 @@ import torch
 
 from components.engine.base import Request, RolloutEngine, SamplingParams, TokenMeter
 from components.engine.hf import HFEngine
-from components.policy import TinyPolicyConfig, build_policy, build_tokenizer
+from components.policy.model import TinyPolicyConfig, build_policy
+from components.policy.tokenizer import build_tokenizer
 
 torch.set_num_threads(2)
 PROMPTS = ["Compute 1+2.", "Compute 42+59-77+97-99.", "C", "Compute 12+13. 12+13=25. ", "Compute 5-3+2."]

@@ -28,7 +28,8 @@ def home(tmp_path, monkeypatch):
 
 
 def test_tokenizer_detection_and_stop_ids(tmp_path):
-    from components.policy import build_policy, build_tokenizer, save_policy, TinyPolicyConfig
+    from components.policy.model import build_policy, save_policy, TinyPolicyConfig
+    from components.policy.tokenizer import build_tokenizer
 
     chat = build_chat_model_dir(tmp_path / "chat")
     tiny_tok = build_tokenizer()
@@ -51,7 +52,7 @@ def test_hf_engine_stops_on_every_generation_eos(tmp_path):
 
     from components.engine.base import Request, SamplingParams
     from components.engine.hf import HFEngine
-    from components.policy import load_policy
+    from components.policy.model import load_policy
 
     model, tok = load_policy(build_chat_model_dir(tmp_path / "chat"))
     end = tok.convert_tokens_to_ids("<|endoftext|>")

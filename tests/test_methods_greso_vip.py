@@ -280,7 +280,7 @@ def parity_reward(texts, golds):
 @pytest.fixture(scope="module")
 def tiny():
     from components.data.synthetic import generate_problems
-    from components.policy import build_tokenizer
+    from components.policy.tokenizer import build_tokenizer
     tok = build_tokenizer()
     model = tiny_test_policy(tok)
     return model, tok, generate_problems(12, [3], seed=1)

@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from components.data.synthetic import generate_problems
-from components.policy import (CHARS, EOS, PAD, UNK, TinyPolicyConfig, build_policy, build_tokenizer, collate_sft,
-                               cosine_lr, encode_sft_examples, load_policy, load_tokenizer, pack_sft, pretrain_policy,
-                               save_policy, save_tokenizer)
+from components.policy.model import TinyPolicyConfig, build_policy, load_policy, save_policy
+from components.policy.pretraining import collate_sft, cosine_lr, encode_sft_examples, pack_sft, pretrain_policy
+from components.policy.tokenizer import CHARS, EOS, PAD, UNK, build_tokenizer, load_tokenizer, save_tokenizer
 
 torch.set_num_threads(2)
 SMALL = TinyPolicyConfig(layers=2, hidden=32, heads=2, kv_heads=2, ffn=64)

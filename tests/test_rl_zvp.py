@@ -34,7 +34,7 @@ def test_trainer_learns_from_all_fail_groups(tmp_path):
     import copy
 
     from components.data.synthetic import generate_problems
-    from components.policy import build_tokenizer
+    from components.policy.tokenizer import build_tokenizer
     from components.stages.base import NullTracker
     from components.trainer.config import TrainConfig
     from components.trainer.embedded import EmbeddedTrainer

@@ -9,7 +9,7 @@ import pytest
 from components.methods.base import Group
 from components.methods.registry import available, build
 from components.methods.vsr import Trajectory, sigma_hat
-from components.policy import build_tokenizer
+from components.policy.tokenizer import build_tokenizer
 
 
 @pytest.mark.parametrize("alpha,p,sigma", [(0.0, 0.1, 0.3), (0.25, 0.325, 0.468375), (0.5, 0.55, 0.497494),

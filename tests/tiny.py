@@ -7,6 +7,6 @@ TINY_TEST_POLICY = dict(layers=1, hidden=32, heads=2, kv_heads=2, ffn=64, max_po
 
 
 def tiny_test_policy(tok, seed: int = 0):
-    from components.policy import TinyPolicyConfig, build_policy
+    from components.policy.model import TinyPolicyConfig, build_policy
 
     return build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), tok, seed=seed)

@@ -20,7 +20,7 @@ def load_model(model_dir: Path):
     """(model, tokenizer) from a stage artifact: ``<dir>/model``, the directory a
     ``model_ref.json`` points to (a pretrained base policy), or the dir itself."""
     from components.hf_models import model_dir_of
-    from components.policy import load_policy
+    from components.policy.model import load_policy
 
     return load_policy(model_dir_of(model_dir))
 

@@ -50,7 +50,9 @@ def run(params: Params, ctx: StageContext) -> dict:
 
     from components.data.schema import read_problems
     from components.engine.base import Request, SamplingParams, TokenMeter
-    from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, pretrain_policy, save_policy
+    from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+    from components.policy.pretraining import pretrain_policy
+    from components.policy.tokenizer import build_tokenizer
     from components.stages.common import grade_fn, make_engine, set_threads, write_json
 
     set_threads(params.threads)

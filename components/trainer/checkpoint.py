@@ -29,7 +29,7 @@ def latest(ckpt_root: Path) -> Path | None:
 
 def save(ckpt_root: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
          keep: int = 2) -> Path:
-    from components.policy import quiet_hf
+    from components.policy.model import quiet_hf
 
     quiet_hf()
     ckpt_root.mkdir(parents=True, exist_ok=True)

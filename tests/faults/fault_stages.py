@@ -37,7 +37,9 @@ class train_inputs:
         import torch
 
         from components.data.schema import Problem, write_problems
-        from components.policy import TinyPolicyConfig, build_policy, build_tokenizer, pretrain_policy, save_policy
+        from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+        from components.policy.pretraining import pretrain_policy
+        from components.policy.tokenizer import build_tokenizer
 
         torch.set_num_threads(1)
         # one-digit sums with a two-token answer: learnt in a few dozen steps, and still

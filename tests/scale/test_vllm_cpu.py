@@ -18,7 +18,7 @@ def engines(tiny_pretrained):
     from components.engine.hf import HFEngine
     from components.engine.vllm import VLLMEngine
     from components.hf_models import model_dir_of, stop_token_ids
-    from components.policy import load_policy
+    from components.policy.model import load_policy
 
     data, pre = tiny_pretrained
     d = model_dir_of(Path(pre["uri"]))

@@ -213,6 +213,7 @@ def run_stage_cmd(name: str = typer.Argument(..., help="stage name"),
         result = lineage.run_stage(name, p, i, sweep=sweep_name, parent_run_id=parent_run_id, force=force, cell=x)
     except lineage.StageError as e:
         _die(str(e))
+    receipts.record(name, p, i, result)   # a stage task of `rlvr sweep` (its cached-rerun check)
     text = json.dumps({**result, **x}, sort_keys=True)
     if xcom_file is not None:
         try:

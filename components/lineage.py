@@ -173,10 +173,29 @@ def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, swe
               parent_run_id: str | None = None, force: bool = False, cell: dict | None = None) -> dict:
     """``cell``: the DAG cell the call is for (model, method, seed, key, label, benchmark);
     it names the MLflow run and tags it (``components.run_card``), never the cache key."""
-    res = _run_stage(name, params, inputs, sweep, parent_run_id, force, cell)
-    from components.receipts import record
-    record(name, params, inputs or {}, res)   # for `rlvr sweep`'s cached-rerun check
-    return res
+    return _run_stage(name, params, inputs, sweep, parent_run_id, force, cell)
+
+
+def cache_key_of(name: str, params: dict, inputs: dict[str, str]) -> str:
+    """The cache key ``run_stage(name, params, inputs)`` would use now: today's stage code
+    (VERSION, code fingerprint) and defaults, and the digests that the inputs' manifests
+    record (not re-verified here; ``cached`` verifies an output). StageError when the stage,
+    its params or an input's manifest is not there."""
+    mod = load_stage(name)
+    pdict = check_params(name, params, mod).model_dump(mode="json")
+    digests = {}
+    for n, uri in sorted(inputs.items()):
+        m = read_manifest(_uri_path(str(uri)))
+        if m is None:
+            raise StageError(f"stage '{name}': input '{n}' is gone ({uri})")
+        digests[n] = m["digest"]
+    return cache_key(name, mod.VERSION, pdict, digests, code_fingerprint(stage_module_path(name)))
+
+
+def cached(name: str, key: str) -> dict | None:
+    """``run_stage``'s result for ``key`` when it is a verified cache hit (a FINISHED run and
+    an intact artifact), else None. Changes nothing: a damaged artifact stays where it is."""
+    return _lookup(name, key, repair=False)
 
 
 def _run_stage(name, params, inputs, sweep, parent_run_id, force, cell=None) -> dict:

@@ -1,18 +1,22 @@
 """Sweep receipts: a fully cached rerun of a sweep without starting Airflow.
 
-While ``rlvr sweep`` runs a DAG, every ``run_stage`` call appends what it was asked and what
-it returned (stage, params, inputs, cache key, output) to a receipt file named by
-``RLVR_RECEIPT``. After a successful DAG run the receipt is kept under
-``$RLVR_HOME/receipts/<sweep>.json`` with a fingerprint of the sweep (its validated config
-and the code that wires it into a DAG).
+While ``rlvr sweep`` runs a DAG, every stage task (``dags/rlvr_sweep.py``, ``rlvr run-stage``)
+appends what it asked ``lineage.run_stage`` and what it got back (stage, params, inputs, cache
+key, output) to a receipt file named by ``RLVR_RECEIPT``. After a successful DAG run the
+receipt is kept under ``$RLVR_HOME/receipts/<sweep>.json`` with a fingerprint of the sweep
+(its validated config and the code that wires it into a DAG).
 
 The next ``rlvr sweep`` of the same file checks the receipt before starting Airflow (which
 costs ~25 s even when every task is a cache hit): same fingerprint, and for every recorded
 call the cache key recomputed with today's stage code (its VERSION and its code fingerprint,
-``components/code_fingerprint.py``) and today's input digests equals the recorded one and the
-output is a verified, FINISHED cache entry. Then the DAG would run exactly these calls and hit the cache in each, so it is skipped. Anything else (a changed
-sweep, a stage whose VERSION or defaults changed, a tampered or deleted artifact) sends the
-run through Airflow as usual, and the reason is printed.
+``components/code_fingerprint.py``) and today's input digests equals the recorded one
+(``lineage.cache_key_of``) and the output is a verified, FINISHED cache entry
+(``lineage.cached``). Then the DAG would run exactly these calls and hit the cache in each, so
+it is skipped. Anything else (a changed sweep, a stage whose VERSION or defaults changed, a
+tampered or deleted artifact) sends the run through Airflow as usual, and the reason is printed.
+
+This module imports ``components.lineage`` (in ``all_cached``) and lineage never imports it:
+the callers of ``run_stage`` record.
 """
 from __future__ import annotations
 
@@ -80,7 +84,6 @@ def commit(home: Path, sweep: str, fp: str, tmp: Path) -> Path:
 def all_cached(home: Path, sweep: str, fp: str) -> tuple[bool, str, int]:
     """(every recorded call would be a cache hit today, why not, number of calls)."""
     from components import lineage
-    from components.code_fingerprint import code_fingerprint
 
     path = receipt_path(home, sweep)
     try:
@@ -94,20 +97,11 @@ def all_cached(home: Path, sweep: str, fp: str) -> tuple[bool, str, int]:
         return False, "empty receipt", 0
     for c in calls:
         try:
-            mod = lineage.load_stage(c["stage"])
-            p = lineage.check_params(c["stage"], c["params"], mod)
-            digests = {}
-            for n, uri in c["inputs"].items():
-                m = lineage.read_manifest(lineage._uri_path(str(uri)))
-                if m is None:
-                    return False, f"{c['stage']}: input {n} is gone", 0
-                digests[n] = m["digest"]
+            key = lineage.cache_key_of(c["stage"], c["params"], c["inputs"])
         except Exception as e:  # noqa: BLE001 - any doubt means: run the DAG
             return False, f"{c['stage']}: {' '.join(str(e).split())[:120]}", 0
-        code = code_fingerprint(lineage.stage_module_path(c["stage"]))
-        key = lineage.cache_key(c["stage"], mod.VERSION, p.model_dump(mode="json"), digests, code)
         if key != c["cache_key"]:
             return False, f"{c['stage']}: its cache key changed (stage code or defaults)", 0
-        if lineage._lookup(c["stage"], key, repair=False) is None:
+        if lineage.cached(c["stage"], key) is None:
             return False, f"{c['stage']}: output {c['uri']} is no longer a verified cache entry", 0
     return True, "", len(calls)

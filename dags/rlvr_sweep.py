@@ -74,14 +74,17 @@ def _stage(name: str, params: dict, inputs: dict, sweep: str, parent: str | None
     from airflow.sdk.exceptions import AirflowFailException
 
     from components.lineage import StageError, run_stage
+    from components.receipts import record
     # DAG run conf / trigger form {"rerun": true} (``rlvr sweep --rerun``) recomputes despite
     # the cache; only on the first try, so that a retry still reuses what finished.
     ctx = get_current_context()
     force = bool((ctx.get("params") or {}).get("rerun")) and ctx["ti"].try_number <= 1
     try:
-        return run_stage(name, params, inputs, sweep=sweep, parent_run_id=parent, force=force, cell=cell)
+        result = run_stage(name, params, inputs, sweep=sweep, parent_run_id=parent, force=force, cell=cell)
     except StageError as e:  # bad params / missing input: retrying cannot help
         raise AirflowFailException(str(e)) from None
+    record(name, params, inputs, result)   # for `rlvr sweep`'s cached-rerun check
+    return result
 
 
 def _items(seq) -> list:

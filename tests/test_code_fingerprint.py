@@ -219,7 +219,9 @@ def test_receipts_fast_path_sees_a_code_change(toy_copy, monkeypatch):
     tmp = receipts.begin(home, "s")
     monkeypatch.setenv(receipts.RECEIPT_ENV, str(tmp))
     data = lineage.run_stage("prepare_data", {"n": 3}, {}, sweep="s")
-    lineage.run_stage("pretrain", {}, {"data": data["uri"]}, sweep="s")
+    receipts.record("prepare_data", {"n": 3}, {}, data)          # what a stage task records
+    model = lineage.run_stage("pretrain", {}, {"data": data["uri"]}, sweep="s")
+    receipts.record("pretrain", {}, {"data": data["uri"]}, model)
     monkeypatch.delenv(receipts.RECEIPT_ENV)
     receipts.commit(home, "s", "fp", tmp)
     assert receipts.all_cached(home, "s", "fp") == (True, "", 2)

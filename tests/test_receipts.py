@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
 import toy_stages
 from components import lineage, receipts
+from components.cli import app
+
+
+def task(stage: str, params: dict, inputs: dict) -> dict:
+    """One stage task of a sweep, as the Kubernetes pods run it (``rlvr run-stage``); the local
+    DAG's Python tasks record the same way (dags/rlvr_sweep.py, tests/test_cli.py)."""
+    r = CliRunner().invoke(app, ["run-stage", stage, "--params", json.dumps(params), "--inputs", json.dumps(inputs),
+                                 "--sweep", "s"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
@@ -28,9 +39,9 @@ def _sweep(home, monkeypatch, fp="fp"):
     """A three-stage chain run the way the DAG runs it, with a receipt being written."""
     tmp = receipts.begin(home, "s")
     monkeypatch.setenv(receipts.RECEIPT_ENV, str(tmp))
-    data = lineage.run_stage("prepare_data", {"n": 3}, {}, sweep="s")
-    model = lineage.run_stage("pretrain", {}, {"data": data["uri"]}, sweep="s")
-    lineage.run_stage("prepare_data", {"n": 3}, {}, sweep="s")             # a repeated call: one entry
+    data = task("prepare_data", {"n": 3}, {})
+    model = task("pretrain", {}, {"data": data["uri"]})
+    task("prepare_data", {"n": 3}, {})                                      # a repeated call: one entry
     monkeypatch.delenv(receipts.RECEIPT_ENV)
     return receipts.commit(home, "s", fp, tmp), data, model
 
@@ -74,5 +85,5 @@ def test_fingerprint_covers_config_and_wiring(monkeypatch, tmp_path):
 
 
 def test_no_env_no_receipt(home, monkeypatch, tmp_path):
-    lineage.run_stage("prepare_data", {"n": 2}, {}, sweep="s")
+    task("prepare_data", {"n": 2}, {})
     assert not (home / "receipts").exists()

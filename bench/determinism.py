@@ -7,6 +7,16 @@ differ for JSON / JSONL.
 
     .venv/bin/python bench/determinism.py [--sweep dags/sweeps/demo.yaml] [--root /tmp/rlvr-det]
                                           [--threads N] [--stages prepare_data,pretrain,filter_hard]
+
+Two whole sweep runs instead (e.g. two ``rlvr sweep dags/sweeps/demo.yaml`` from empty stores):
+
+    .venv/bin/python bench/determinism.py --stores STORE_A STORE_B [--sweep-name demo]
+
+matches the stage calls of each store's last successful run of the sweep (its receipt,
+``components/receipts.py``) by stage and params, and prints per call the wall time in each
+store (its MLflow run) and whether the outputs are identical, with the spread of what differs.
+A call whose upstream output differed has other inputs, hence another cache key; it is still
+matched by stage and params and marked "upstream differs".
 """
 from __future__ import annotations
 
@@ -65,6 +75,58 @@ def spread(name: str, a: Path, b: Path) -> str:
     return "bytes differ"
 
 
+def run_seconds(store: Path, run_id: str) -> float:
+    """Wall time of a stage's MLflow run (the store's SQLite backend, read directly: no mlflow import)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{store / 'mlflow.db'}?mode=ro", uri=True)
+    try:
+        row = con.execute("select start_time, end_time from runs where run_uuid = ?", (run_id,)).fetchone()
+    finally:
+        con.close()
+    return float("nan") if not row or row[1] is None else (row[1] - row[0]) / 1000.0
+
+
+def compare_stores(a: Path, b: Path, sweep: str) -> None:
+    from components.receipts import receipt_path
+
+    def calls(store: Path) -> dict:
+        rec = json.loads(receipt_path(store, sweep).read_text())
+        out = {}
+        for c in rec["calls"]:
+            key = (c["stage"], json.dumps(c["params"], sort_keys=True))
+            if key in out:
+                sys.exit(f"{store}: two {c['stage']} calls with the same params: cannot match them")
+            out[key] = c
+        return out
+
+    ca, cb = calls(a), calls(b)
+    if set(ca) != set(cb):
+        sys.exit(f"the two receipts hold different stage calls: {sorted(set(ca) ^ set(cb))}")
+    print(f"sweep {sweep}: {len(ca)} stage calls; A = {a}, B = {b}")
+    print("| stage | call | A s | B s | result |")
+    print("|---|---|---|---|---|")
+    same_all, total = True, [0.0, 0.0]
+    for key in ca:   # receipt A's order: the order the calls finished in A
+        (ma, da), (mb, db) = manifest(ca[key]["uri"]), manifest(cb[key]["uri"])
+        sa, sb = run_seconds(a, ma["run_id"]), run_seconds(b, mb["run_id"])
+        total = [total[0] + sa, total[1] + sb]
+        diff = sorted(f for f in set(ma["files"]) | set(mb["files"]) if ma["files"].get(f) != mb["files"].get(f))
+        same_in = ma["cache_key"] == mb["cache_key"]
+        verdict = "identical" if not diff else f"{len(diff)} of {len(ma['files'])} files differ"
+        if diff and not same_in:
+            verdict += " (upstream differs)"
+        same_all &= not diff
+        p = json.loads(key[1])
+        label = " ".join(f"{k}={p[k]}" for k in ("method", "seed", "label") if k in p)
+        print(f"| {key[0]} | {label} | {sa:.0f} | {sb:.0f} | {verdict} (digest {ma['digest'][:12]}"
+              f"{'' if ma['digest'] == mb['digest'] else ' vs ' + mb['digest'][:12]}) |", flush=True)
+        for f in diff:
+            print(f"|  |  |  |  | {f}: {spread(f, da / f, db / f)} |", flush=True)
+    print(f"\nsum of stage run times: A {total[0]:.0f} s, B {total[1]:.0f} s (stages overlap, so more than the wall time)")
+    print("verdict: " + ("every stage call's outputs are bit-identical" if same_all else "not bit-identical"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", default=str(REPO / "dags" / "sweeps" / "demo.yaml"))
@@ -74,7 +136,12 @@ def main() -> None:
     ap.add_argument("--given", default="", help="upstream outputs to use instead of running them: "
                                                 "prepare_data=URI,pretrain=URI")
     ap.add_argument("--compare", nargs=2, metavar="URI", help="only compare two finished artifacts")
+    ap.add_argument("--stores", nargs=2, metavar="RLVR_HOME", help="compare two finished runs of a sweep")
+    ap.add_argument("--sweep-name", default="demo", help="with --stores: the sweep (its receipt)")
     args = ap.parse_args()
+    if args.stores:
+        compare_stores(Path(args.stores[0]), Path(args.stores[1]), args.sweep_name)
+        return
     if args.compare:
         (ma, da), (mb, db) = manifest(args.compare[0]), manifest(args.compare[1])
         diff = sorted(f for f in set(ma["files"]) | set(mb["files"]) if ma["files"].get(f) != mb["files"].get(f))

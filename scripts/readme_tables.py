@@ -52,8 +52,19 @@ def sweep_tables(name: str) -> str:
         p = out / f if (out / f).is_file() else Path(c.download_artifacts(run.info.run_id, f))
         parts.append(_demote(p.read_text()))
     how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); "
-           f"written here by `scripts/readme_tables.py` from its tables run, never typed.*\n")
+           f"written here by `scripts/readme_tables.py` from its tables run, never typed; "
+           f"{provenance(run.data.tags)}.*\n")
     return how + "\n" + "\n".join(parts)
+
+
+def provenance(tags: dict[str, str]) -> str:
+    """The commit the tables run was computed at (every stage it reads is a cache entry whose
+    key holds that stage's code fingerprint, so the same commit recomputes the same inputs)."""
+    commit = tags.get("mlflow.source.git.commit")
+    code = tags.get("rlvr.code", "")[:12]
+    if commit:
+        return f"computed at commit `{commit[:10]}`"
+    return f"commit not recorded (tables code fingerprint `{code}`)"
 
 
 def _demote(md: str) -> str:

@@ -40,3 +40,9 @@ def test_missing_sweep_stops_before_writing(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
     assert rt.main([str(f)]) == 2
     assert f.read_text() == DOC
+
+
+def test_provenance_names_the_commit_or_says_it_is_missing():
+    assert rt.provenance({"mlflow.source.git.commit": "4294603f6369f2a3", "rlvr.code": "ab" * 32}) == \
+        "computed at commit `4294603f63`"
+    assert rt.provenance({"rlvr.code": "cd" * 32}) == "commit not recorded (tables code fingerprint `cdcdcdcdcdcd`)"

@@ -127,3 +127,74 @@ def test_state_round_trip_before_and_after_fit():
 def test_state_prior_means():
     a, b = state_prior(5, 2.0)
     assert (a / (a + b)).tolist() == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9])
+
+
+# ---------------------------------------------------------------------------- the switch
+from components.methods.difficulty_graph import graph_skip_probability, posterior_variance  # noqa: E402
+
+
+@pytest.mark.parametrize("p,ev,n,pe,ph,want", [
+    (0.9, 3.0, 2, 0.5, 0.5, 0.81 * 0.5 + 0.01 * 0.5),
+    (0.9, 0.0, 2, 0.5, 0.5, 0.0),                 # nothing informs the prediction: never skipped
+    (1.0, 1.0, 8, 0.0, 0.5, 0.99),                # capped at 1 - min_keep_prob
+    (0.5, 1.0, 1, 0.8, 0.6, 0.5 * 0.2 + 0.5 * 0.4),
+])
+def test_graph_skip_probability_hand(p, ev, n, pe, ph, want):
+    assert graph_skip_probability(p, ev, n, pe, ph) == pytest.approx(want, abs=1e-12)
+
+
+def test_posterior_variance_hand():
+    assert posterior_variance(0.5, [1, 1], 2.0) == pytest.approx(0.75 * 0.25)
+    assert posterior_variance(0.5, [1, 1], None) == pytest.approx(0.25)
+    assert posterior_variance(0.2, [], 4.0) == pytest.approx(0.16)
+
+
+class CoinEngine:
+    """One token per sample, '0' or '1', seeded by (seed, tag); meters sequences."""
+
+    def __init__(self):
+        from components.engine.base import TokenMeter
+        self.meter, self.tokenizer = TokenMeter(), None
+
+    def generate(self, reqs, params, purpose="train_rollout"):
+        from components.engine.base import Completion
+        out = []
+        for r in reqs:
+            rng = np.random.default_rng([params.seed or 0, *map(ord, r.tag)])
+            out.append([Completion((int(x) + 5,), str(int(x)), "stop") for x in rng.integers(0, 2, r.n)])
+        n = sum(r.n for r in reqs)
+        self.meter.record(purpose, sum(len(r.context_ids) for r in reqs), n, n, len(reqs))
+        return out
+
+
+def _grade(texts, golds):
+    return [(1.0 if g == "1" else 0.0 if g == "0" else float(t == "1"), "rule") for t, g in zip(texts, golds)]
+
+
+@pytest.mark.parametrize("name,extra", [("vip", {"embedder": "hashing"}), ("vigor", {}), ("greso", {})])
+def test_methods_use_the_graph(name, extra):
+    from components.engine.base import SamplingParams
+    from components.methods.base import RolloutContext
+    from components.methods.registry import build
+
+    kinds = ["1", "0", "mix"] * 6
+    pool = [Problem(uid=f"q{i}", prompt=f"Compute {i}+{2 * i + 1}.", answer=k) for i, k in enumerate(kinds)]
+    cfg = {**extra, "difficulty": "graph", "graph": {"embedder": "hashing", "k_neighbors": 3}}
+    m = build(name, cfg)
+    m.setup(pool, {})
+    assert m.graph is not None and len(m.graph.row) == len(pool)
+    eng = CoinEngine()
+    for step in range(2):
+        ctx = RolloutContext(engine=eng, grade=_grade, encode_prompt=lambda p: (1, 2, 3),
+                             sampling=SamplingParams(seed=0), step=step)
+        groups = m.rollout(pool[:8], ctx, np.random.default_rng(step))
+        assert sum(g.n for g in groups) == m.rollouts_per_step(8)
+        m.observe(groups)
+    assert m.graph.step == 1 and (m.graph.s + m.graph.f).sum() > 0
+    state = json.loads(json.dumps(m.state_dict()))
+    fresh = build(name, cfg)
+    fresh.setup(pool, {})
+    fresh.load_state_dict(state)
+    uids = [p.uid for p in pool]
+    assert np.array_equal(fresh.graph.predict(uids), m.graph.predict(uids))
+    assert json.loads(json.dumps(fresh.state_dict())) == state

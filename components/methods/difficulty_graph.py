@@ -55,6 +55,7 @@ from scipy import sparse
 from scipy.special import digamma
 
 from components.data.schema import Problem
+from components.methods.base import MethodConfig
 
 
 class GraphDifficultyConfig(BaseModel):
@@ -174,11 +175,14 @@ class GraphDifficulty:
         return self._embedder
 
     def fit_pool(self, problems: Sequence[Problem], E: np.ndarray | None = None) -> None:
-        """Build the graph over the (deduplicated) pool; ``E`` = their embeddings if known."""
-        pool = list({p.uid: p for p in problems}.values())
+        """Build the graph over the pool (first of repeated uids kept); ``E`` = embeddings of
+        ``problems`` (row per problem) if known."""
+        problems = list(problems)
+        keep = sorted({p.uid: i for i, p in reversed(list(enumerate(problems)))}.values())   # first of each uid
+        pool = [problems[i] for i in keep]
         if not pool:
             raise ValueError("GraphDifficulty.fit_pool: empty prompt pool")
-        E = self.embedder.embed([p.prompt for p in pool]) if E is None else np.asarray(E, dtype=float)
+        E = self.embedder.embed([p.prompt for p in pool]) if E is None else np.asarray(E, dtype=float)[keep]
         R = np.stack([reasoning_signature(reasoning_text(p, self.config.reasoning_source)) for p in pool])
         self.row = {p.uid: i for i, p in enumerate(pool)}
         self.W = build_graph(E, R, self.config.k_neighbors, self.config.reasoning_weight)
@@ -284,3 +288,37 @@ class GraphDifficulty:
             i = self._rows([u])[0]
             self.s[i], self.f[i], self.phi[i] = v[0], v[1], np.array(v[2:2 + K])
         self._pending = {}
+
+
+# ---------------------------------------------------------------------------- the switch
+class DifficultyChoice(MethodConfig):
+    """Config fields of a method whose difficulty estimate can be the graph estimator's."""
+    difficulty: Literal["own", "graph"] = Field("own", description="own estimate, or the graph estimator")
+    graph: GraphDifficultyConfig = GraphDifficultyConfig()
+
+
+def graph_estimator(config: DifficultyChoice, embedder=None) -> GraphDifficulty | None:
+    return GraphDifficulty(config.graph, embedder) if config.difficulty == "graph" else None
+
+
+def graph_skip_probability(p_hat: float, evidence: float, n: int, p_easy: float, p_hard: float,
+                           min_keep_prob: float = 0.01) -> float:
+    """GRESO's skip rule on a predicted pass rate [ours]: a group of n is all correct with
+    probability p^n and all wrong with (1-p)^n (plug-in); skip with
+    p^n (1 - p_easy) + (1-p)^n (1 - p_hard), at most 1 - min_keep_prob; never when no
+    outcome informs the prediction (``evidence`` 0), as GRESO never skips a prompt without history."""
+    if evidence <= 0:
+        return 0.0
+    q = p_hat ** n * (1.0 - p_easy) + (1.0 - p_hat) ** n * (1.0 - p_hard)
+    return float(min(q, 1.0 - min_keep_prob))
+
+
+def posterior_variance(p_graph: float, rewards: Sequence[float], kappa: float | None) -> float:
+    """VIGOR's ranking variance with the graph prediction as a prior worth ``kappa`` rollouts
+    [ours]: p = (kappa p_graph + sum r) / (kappa + n), variance p (1 - p)."""
+    if kappa is None:
+        p = p_graph
+    else:
+        p = (kappa * p_graph + float(np.sum(rewards))) / (kappa + len(rewards))
+    p = min(max(p, 0.0), 1.0)
+    return p * (1.0 - p)

@@ -46,9 +46,10 @@ from pydantic import Field
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.difficulty_graph import DifficultyChoice, graph_estimator, graph_skip_probability
 
 
-class GRESOConfig(MethodConfig):
+class GRESOConfig(DifficultyChoice):   # difficulty: graph = skip on the graph estimator's p (graph_skip_probability)
     n: int = Field(8, ge=1, description="samples per prompt")
     p_easy_init: float = Field(0.5, ge=0.0, le=1.0)
     p_hard_init: float = Field(0.5, ge=0.0, le=1.0)
@@ -104,12 +105,18 @@ class GRESO(Method):
         self.epoch = 0
         self.pool: list[Problem] = []
         self.last: dict[str, float] = {}
+        self.graph = graph_estimator(config)
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.pool = list(problems)
+        if self.graph is not None:
+            self.graph.fit_pool(self.pool)
 
     def skip_prob(self, uid: str) -> float:
         c = self.config
+        if self.graph is not None:
+            return graph_skip_probability(float(self.graph.predict([uid])[0]), float(self.graph.evidence([uid])[0]),
+                                          c.n, self.p_easy, self.p_hard, c.min_keep_prob)
         return skip_probability(self.traces.get(uid, ()), self.p_easy, self.p_hard,
                                 c.easy_threshold, c.hard_threshold, c.min_keep_prob)
 
@@ -162,6 +169,8 @@ class GRESO(Method):
 
     def observe(self, groups: list[Group]) -> None:
         c = self.config
+        if self.graph is not None:
+            self.graph.observe_groups(groups, self.step)
         easy = hard = total = 0
         for g in groups:
             if g.is_replay or g.supervised or not g.rewards:
@@ -186,10 +195,12 @@ class GRESO(Method):
     def state_dict(self) -> dict[str, Any]:
         return {"traces": {u: [list(e) for e in t] for u, t in self.traces.items()},
                 "p_easy": self.p_easy, "p_hard": self.p_hard, "step": self.step, "epoch": self.epoch,
-                "last": dict(self.last)}
+                "last": dict(self.last), **({} if self.graph is None else {"graph": self.graph.state_dict()})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.traces = {u: [[int(s), float(m)] for s, m in t] for u, t in state["traces"].items()}
         self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         self.last = {k: float(v) for k, v in state.get("last", {}).items()}
+        if self.graph is not None:
+            self.graph.load_state_dict(state["graph"])

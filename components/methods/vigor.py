@@ -37,6 +37,7 @@ from pydantic import Field
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.difficulty_graph import DifficultyChoice, graph_estimator, posterior_variance
 
 
 def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tuple[float, float]:
@@ -49,7 +50,7 @@ def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tup
     return eta, eta ** (1.0 / 3.0)
 
 
-class VIGORConfig(MethodConfig):
+class VIGORConfig(DifficultyChoice):   # difficulty: graph = rank by posterior_variance with the graph's p as prior
     m0: int = Field(2, ge=1, description="rollouts per prompt in round 0")
     T: int = Field(4, ge=1, description="rounds")
     gamma: float = Field(2.0, ge=1.0, description="expansion factor per round")
@@ -70,6 +71,12 @@ class VIGOR(Method):
 
     def __init__(self, config: VIGORConfig):
         self.config = config
+        self.graph = graph_estimator(config)
+        self.step = 0
+
+    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
+        if self.graph is not None:
+            self.graph.fit_pool(problems)
 
     def schedule(self, batch_size: int) -> list[tuple[int, int]]:
         """[(active prompts a_t, new rollouts per active prompt)] for rounds t = 0..T-1."""
@@ -87,9 +94,13 @@ class VIGOR(Method):
         items = ctx.prompt_items(batch)
         merged: list[Group] = []
         active = list(range(len(batch)))
+        self.step = ctx.step
+        prior = None if self.graph is None else self.graph.predict([p.uid for p in batch])
         for t, (a, per) in enumerate(self.schedule(len(batch))):
             if t > 0:
-                var = np.array([bernoulli_var(merged[i].rewards) for i in active])
+                var = np.array([bernoulli_var(merged[i].rewards) if prior is None else
+                                posterior_variance(prior[i], merged[i].rewards, self.config.graph.own_evidence)
+                                for i in active])
                 tie = rng.random(len(active))
                 order = np.lexsort((tie, -var))          # highest variance first, random ties
                 active = sorted(active[j] for j in order[:a])
@@ -111,3 +122,15 @@ class VIGOR(Method):
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return sum(a * per for a, per in self.schedule(batch_size))
+
+    def observe(self, groups: list[Group]) -> None:
+        if self.graph is not None:
+            self.graph.observe_groups(groups, self.step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.graph is None else {"step": self.step, "graph": self.graph.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.graph is not None:
+            self.step = int(state["step"])
+            self.graph.load_state_dict(state["graph"])

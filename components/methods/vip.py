@@ -43,6 +43,7 @@ from scipy.spatial.distance import pdist
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.difficulty_graph import DifficultyChoice, graph_estimator
 
 
 # ---------------------------------------------------------------------------- embeddings
@@ -302,7 +303,7 @@ def greedy_allocate(a, C: int, L: int, U: int, base: str = "rloo") -> list[int]:
 
 
 # ---------------------------------------------------------------------------- the method
-class VIPConfig(MethodConfig):
+class VIPConfig(DifficultyChoice):     # difficulty: graph = the graph estimator's p instead of the GP's
     base: Literal["rloo", "drgrpo"] = "rloo"
     budget_per_prompt: int = Field(8, ge=1, description="C = budget_per_prompt x |batch|")
     min_n: int | None = Field(None, ge=1, description="L; default 2 (rloo) / 3 (drgrpo)")
@@ -339,6 +340,7 @@ class VIP(Method):
         self.embedder = embedder or (MiniLMEmbedder() if c.embedder == "minilm"
                                      else HashingEmbedder(c.embed_dim, c.ngram_range))
         self.gp = PoolGP(c.sigma_n2, c.eps, c.prior_mean, c.bandwidth)
+        self.graph = graph_estimator(c, self.embedder)
         self.step = 0
         self._pred: dict[str, float] = {}
         self.last: dict[str, float] = {}
@@ -352,6 +354,8 @@ class VIP(Method):
         self._embed(problems)
         if self.gp.h is None and len(self.gp.keys) > 1:
             self.gp.h = median_bandwidth(self.gp.E, self.config.median_max_points)
+        if self.graph is not None:
+            self.graph.fit_pool(problems, self.gp.E[[self.gp.row[p.uid] for p in problems]])
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         c = self.config
@@ -359,7 +363,7 @@ class VIP(Method):
         self._embed(batch)
         uids = [p.uid for p in batch]
         m = self.gp.predict_latent(uids)
-        p = sigmoid(m)
+        p = sigmoid(m) if self.graph is None else self.graph.predict(uids)
         ns = allocate(p * (1 - p), c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
         self._pred = dict(zip(uids, m.tolist()))
         items = []
@@ -379,6 +383,9 @@ class VIP(Method):
         return groups
 
     def observe(self, groups: list[Group]) -> None:
+        if self.graph is not None:
+            self.graph.observe_groups(groups, self.step)
+            return
         agg: dict[str, list[float]] = {}
         for g in groups:
             if g.is_replay or g.supervised or not g.rewards or g.problem_uid not in self.gp.row:
@@ -394,7 +401,8 @@ class VIP(Method):
 
     def predict(self, problems: Sequence[Problem]) -> np.ndarray:
         self._embed(problems)
-        return self.gp.predict([p.uid for p in problems])
+        uids = [p.uid for p in problems]
+        return self.gp.predict(uids) if self.graph is None else self.graph.predict(uids)
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.budget_per_prompt
@@ -403,9 +411,12 @@ class VIP(Method):
         return {**self.last, "seen_prompts": float(self.gp.seen.sum())}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, **self.gp.state_dict()}
+        graph = {} if self.graph is None else {"graph": self.graph.state_dict()}
+        return {"step": self.step, **self.gp.state_dict(), **graph}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.gp.load_state_dict(state)
+        if self.graph is not None:
+            self.graph.load_state_dict(state["graph"])
         self._pred = {}

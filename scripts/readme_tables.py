@@ -7,6 +7,7 @@ it. Nothing in those blocks is typed by hand: rerun this after the sweeps.
 
     RLVR_HOME=... .venv/bin/python scripts/readme_tables.py [FILE ...]     (default: README.md bench/RESULTS.md)
     ... --check    exit 1 if a file would change (the blocks are stale)
+    ... --only demo,sanity    fill / check only these blocks (the others are left as they are)
 
 A block whose sweep has no finished tables run stops the script with one line naming the
 file, block and sweep; no file is written unless every block of every file could be filled.
@@ -29,12 +30,14 @@ def blocks(text: str) -> list[str]:
 
 
 def fill(text: str, bodies: dict[str, str]) -> str:
-    """``text`` with each block's body replaced by ``bodies[name]`` (every name must be there)."""
+    """``text`` with each block's body replaced by ``bodies[name]`` (a block whose name is not
+    in ``bodies`` keeps its body)."""
     opened = re.findall(r"<!-- rlvr:([A-Za-z0-9_.-]+) -->", text)
     if sorted(opened) != sorted(blocks(text)):
         unclosed = sorted(set(opened) - set(blocks(text)))
         raise ValueError(f"block {unclosed[0] if unclosed else opened[0]!r} has no matching <!-- /rlvr:... --> end marker")
-    return BLOCK.sub(lambda m: m.group(1) + bodies[m.group("name")].rstrip("\n") + "\n" + m.group(4), text)
+    return BLOCK.sub(lambda m: m.group(0) if m.group("name") not in bodies
+                     else m.group(1) + bodies[m.group("name")].rstrip("\n") + "\n" + m.group(4), text)
 
 
 def sweep_tables(name: str) -> str:
@@ -76,9 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", default=[str(REPO / "README.md"), str(REPO / "bench" / "RESULTS.md")])
     ap.add_argument("--check", action="store_true", help="exit 1 if a file would change")
+    ap.add_argument("--only", default="", help="comma-separated block names (default: every block)")
     args = ap.parse_args(argv)
     texts = {f: Path(f).read_text() for f in args.files}
     names = sorted({n for t in texts.values() for n in blocks(t)})
+    only = [n for n in args.only.split(",") if n]
+    if only:
+        if missing := sorted(set(only) - set(names)):
+            print(f"--only: no block rlvr:{missing[0]} in {', '.join(texts)}", file=sys.stderr)
+            return 2
+        names = sorted(only)
     bodies = {}
     for n in names:
         try:

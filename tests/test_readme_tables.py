@@ -46,3 +46,15 @@ def test_provenance_names_the_commit_or_says_it_is_missing():
     assert rt.provenance({"mlflow.source.git.commit": "4294603f6369f2a3", "rlvr.code": "ab" * 32}) == \
         "computed at commit `4294603f63`"
     assert rt.provenance({"rlvr.code": "cd" * 32}) == "commit not recorded (tables code fingerprint `cdcdcdcdcdcd`)"
+
+
+def test_only_some_blocks_keeps_the_others():
+    out = rt.fill(DOC, {"fidelity": "F"})
+    assert "old typed table" in out and "<!-- rlvr:fidelity -->\nF\n<!-- /rlvr:fidelity -->" in out
+
+
+def test_only_names_a_missing_block(tmp_path):
+    f = tmp_path / "R.md"
+    f.write_text(DOC)
+    assert rt.main([str(f), "--only", "sanity"]) == 2
+    assert f.read_text() == DOC

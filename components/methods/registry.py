@@ -24,6 +24,7 @@ _METHODS: dict[str, str] = {
     "sara": "components.methods.sara:SARA", "sara_dps": "components.methods.sara:SARADPS",
     "cero": "components.methods.cero:CERO", "pair": "components.methods.pair:PAIR",
     "vigor_vsr": "components.methods.composed:VIGORVSR", "vip_vsr": "components.methods.composed:VIPVSR",
+    "rail": "components.methods.rail:RAIL",
 }
 
 

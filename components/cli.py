@@ -5,6 +5,8 @@
 - ``rlvr run-stage NAME --params JSON --inputs JSON``  one cached stage (what an
   Airflow task or a Kubernetes pod runs); prints the result dict as JSON (a pod also
   writes it to ``--xcom-file /airflow/xcom/return.json`` for KubernetesPodOperator);
+- ``rlvr train-verl --params JSON --inputs JSON --out DIR [KEY=VALUE ...]``  one verl run
+  outside the cache (a KubeRay RayJob, the GPU smoke test; ``components/trainer/verl/job.py``);
 - ``rlvr ui``  the MLflow UI on this project's store;
 - ``rlvr compile SWEEP --target kfp -o FILE.yaml``  the Kubeflow Pipelines v2 pipeline of a sweep;
 - ``rlvr tables SWEEP``  print the latest tables of a sweep;
@@ -221,6 +223,28 @@ def run_stage_cmd(name: str = typer.Argument(..., help="stage name"),
         except OSError as e:  # the stage itself finished and is cached; only the hand-back failed
             _die(f"--xcom-file: {xcom_file}: {e.strerror or e}", 1)
     typer.echo(text)
+
+
+@app.command("train-verl")
+def train_verl_cmd(params: str = typer.Option(..., "--params", help="train params (JSON or @file)"),
+                   inputs: str = typer.Option(..., "--inputs", help='{"model": DIR, "hard": DIR, "prefixes": DIR} '
+                                                                   "(JSON or @file)"),
+                   out: Path = typer.Option(..., "--out", help="output directory (model/, metrics.jsonl, ...)"),
+                   work: Optional[Path] = typer.Option(None, "--work", help="checkpoint directory (resume)"),
+                   sweep_name: str = typer.Option("rlvr", "--sweep", help="MLflow experiment / verl project name"),
+                   overrides: Optional[list[str]] = typer.Argument(
+                       None, metavar="KEY=VALUE", help="verl Hydra overrides, applied last (trainer.nnodes=2)"),
+                   ) -> None:
+    """One verl training run outside the lineage cache; metrics go to $MLFLOW_RUN_ID when set."""
+    from components.trainer.verl.job import JobError, verl_job
+    try:
+        p, ctx = verl_job(_json_arg(params, "params"), _json_arg(inputs, "inputs"), out, work, sweep_name,
+                          overrides or [])
+    except JobError as e:
+        _die(str(e))
+    ctx.tracker.run_id = os.environ.get("MLFLOW_RUN_ID", "")
+    from components.trainer.verl.run import train_with_verl
+    typer.echo(json.dumps(train_with_verl(p, ctx), indent=2))
 
 
 def _write_atomic(path: Path, text: str) -> None:

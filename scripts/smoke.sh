@@ -66,10 +66,10 @@ INPUTS="{\"model\": \"$WORK/model\", \"hard\": \"$WORK/hard\", \"prefixes\": \"$
 COMMON="\"steps\": 2, \"batch_prompts\": 4, \"max_new_tokens\": 64, \"val_size\": 4, \"val_every\": 2, \"ckpt_every\": 2, \"lr\": 1e-4, \"gpu_memory_utilization\": 0.3, \"verl_overrides\": $VERL_OVERRIDES"
 
 echo "== 2a. verl GRPO, 2 steps ($DEVICE)"
-"$PY" -m components.trainer.verl --params "{\"method\": \"grpo\", \"method_config\": {\"n\": 4}, $COMMON}" \
+"$PY" -m components.cli train-verl --params "{\"method\": \"grpo\", \"method_config\": {\"n\": 4}, $COMMON}" \
     --inputs "$INPUTS" --out "$WORK/train-grpo" --sweep smoke
 echo "== 2b. verl VSR, 2 steps ($DEVICE)"
-"$PY" -m components.trainer.verl --params "{\"method\": \"vsr\", \"method_config\": {\"n\": 4}, $COMMON}" \
+"$PY" -m components.cli train-verl --params "{\"method\": \"vsr\", \"method_config\": {\"n\": 4}, $COMMON}" \
     --inputs "$INPUTS" --out "$WORK/train-vsr" --sweep smoke
 
 echo "== 3. evaluate (vLLM engine) on the GRPO model"

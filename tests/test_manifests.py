@@ -113,7 +113,7 @@ def test_rayjob_has_the_fields_kuberay_requires(rendered, overlay):
     assert job["apiVersion"] == "ray.io/v1"
     spec = job["spec"]
     assert spec["suspend"] is True  # applying an overlay must not start a GPU run
-    assert spec["entrypoint"].startswith("python -m components.trainer.verl ")
+    assert spec["entrypoint"].startswith("rlvr train-verl ")
     head = spec["rayClusterSpec"]["headGroupSpec"]
     assert isinstance(head["rayStartParams"], dict) and head["template"]["spec"]["containers"]
     groups = spec["rayClusterSpec"]["workerGroupSpecs"]
@@ -122,7 +122,7 @@ def test_rayjob_has_the_fields_kuberay_requires(rendered, overlay):
         assert g["groupName"] and g["template"]["spec"]["containers"]
         assert isinstance(g["replicas"], int) and g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
     # the entrypoint is a valid call of our verl CLI: the three required flags, then overrides
-    words = spec["entrypoint"].split()[3:]
+    words = spec["entrypoint"].split()[2:]
     flags = {w for w in words if w.startswith("--")}
     assert {"--params", "--inputs", "--out"} <= flags
     positional = [w for i, w in enumerate(words) if not w.startswith("--") and not words[i - 1].startswith("--")]

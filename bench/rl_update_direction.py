@@ -26,8 +26,8 @@ def main(model_dir: str, hard_dir: str, lrs: list[float]) -> None:
     from components.data.schema import read_problems
     from components.stages.base import NullTracker
     from components.stages.common import grade_fn, load_model
-    from components.trainer.batch import build_sequences, response_logprobs
-    from components.trainer.config import TrainConfig
+    from components.trainer.sequences import build_sequences, response_logprobs
+    from components.trainer.train_config import TrainConfig
     from components.trainer.embedded import EmbeddedTrainer, group_advantages
 
     torch.set_num_threads(1)

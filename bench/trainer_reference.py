@@ -67,7 +67,7 @@ def weights_digest(model) -> str:
 def run_case(name: str, tok, model, problems, work: Path) -> dict:
     from components.stages.base import NullTracker
     from components.trainer.embedded import EmbeddedTrainer
-    from components.trainer.config import TrainConfig
+    from components.trainer.train_config import TrainConfig
 
     cfg = TrainConfig(**{**BASE, **CASES[name]})
     t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, rule_reward, NullTracker())

@@ -6,7 +6,7 @@ import pytest
 
 from components.sweep import SweepError, parse_sweep
 from components.budget import DEFAULT_RESPONSE_TOKENS
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig
 
 BASE = {"name": "b", "seeds": [0], "models": ["tiny"], "model_specs": {"tiny": {}}, "methods": ["grpo", "sft"]}
 

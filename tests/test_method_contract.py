@@ -16,8 +16,8 @@ from components.data.synthetic import generate_problems
 from components.methods.registry import available, build
 from components.policy.tokenizer import build_tokenizer
 from components.stages.base import NullTracker
-from components.trainer.batch import build_sequences
-from components.trainer.config import TrainConfig
+from components.trainer.sequences import build_sequences
+from components.trainer.train_config import TrainConfig
 from components.trainer.embedded import EmbeddedTrainer
 
 B = 8

@@ -26,7 +26,7 @@ from components.methods.registry import build
 from components.methods.reinforce_ada import allocate
 from components.methods.vigor import bernoulli_var, speedup
 from components.stages.base import NullTracker
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig
 from components.trainer.embedded import EmbeddedTrainer
 
 

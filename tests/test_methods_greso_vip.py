@@ -295,7 +295,7 @@ def tiny():
 ])
 def test_embedded_trainer_two_steps(tiny, tmp_path, method, mcfg, adv, reward, pool):
     from components.stages.base import NullTracker
-    from components.trainer.config import TrainConfig
+    from components.trainer.train_config import TrainConfig
     from components.trainer.embedded import EmbeddedTrainer
     model, tok, problems = tiny
     problems = problems[:pool]

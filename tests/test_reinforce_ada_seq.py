@@ -21,7 +21,7 @@ from components.methods.base import RolloutContext
 from components.methods.reinforce_ada import ReinforceAdaSeq, global_stats, seq_keep_counts
 from components.methods.registry import build
 from components.stages.base import NullTracker
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig
 from components.trainer.embedded import EmbeddedTrainer
 
 

@@ -36,7 +36,7 @@ def test_trainer_learns_from_all_fail_groups(tmp_path):
     from components.data.synthetic import generate_problems
     from components.policy.tokenizer import build_tokenizer
     from components.stages.base import NullTracker
-    from components.trainer.config import TrainConfig
+    from components.trainer.train_config import TrainConfig
     from components.trainer.embedded import EmbeddedTrainer
 
     tok = build_tokenizer()

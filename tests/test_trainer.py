@@ -13,9 +13,10 @@ import torch
 
 from components.data.synthetic import generate_problems
 from components.stages.base import NullTracker
-from components.trainer.batch import build_sequences, token_weights
-from components.trainer.config import TrainConfig
-from components.trainer.embedded import EmbeddedTrainer, batch_order
+from components.trainer.sequences import build_sequences, token_weights
+from components.trainer.train_config import TrainConfig
+from components.trainer.embedded import EmbeddedTrainer
+from components.trainer.loop import batch_order
 
 
 def parity_reward(texts, golds):
@@ -135,3 +136,31 @@ def test_batch_order_covers_each_epoch_once():
     assert sorted(seen[:10]) == list(range(10))           # first epoch: a permutation
     assert batch_order(10, 3, 2, 4) == batch_order(10, 3, 2, 4)
     assert batch_order(10, 3, 0, 4) != batch_order(10, 4, 0, 4)
+
+
+def test_embedded_path_imports_nothing_from_verl():
+    """What ``train`` with ``backend: embedded`` imports, in a fresh interpreter: no verl."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import components.stages.train, components.stages.common, components.trainer.embedded\n"
+            "import components.engine.hf, components.data.schema\n"
+            "from components.stages.train import Params\n"
+            "from components.trainer.train_config import train_config_of\n"
+            "train_config_of(Params(method='vsr', threads=1))\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'verl' or m.startswith('components.trainer.verl'))\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_both_backends_run_the_one_loop():
+    """The verl trainer inherits the loop; it defines none of the loop's own steps."""
+    from components.trainer.loop import FitLoop
+    from components.trainer.verl.trainer import RLVRPPOTrainer
+
+    assert issubclass(EmbeddedTrainer, FitLoop) and issubclass(RLVRPPOTrainer, FitLoop)
+    for name in ("run_loop", "validate", "step_metrics", "summary", "write_records", "_log"):
+        assert name not in vars(EmbeddedTrainer) and name not in vars(RLVRPPOTrainer), name
+    for name in ("rollout_ctx", "update", "restore", "save_checkpoint", "log_metrics"):
+        assert name in vars(EmbeddedTrainer) and name in vars(RLVRPPOTrainer), name

@@ -15,7 +15,7 @@ import torch
 from components.algos.advantages import grpo_advantages, rloo_advantages
 from components.engine.base import Request, SamplingParams, TokenMeter
 from components.methods.base import Group, RolloutContext
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
@@ -91,7 +91,7 @@ def _groups(rng, sizes=(4, 1, 3, 5), pad_free=True):
 
 
 def test_groups_to_dataproto_layout_and_round_trip():
-    from components.trainer.verl.batch import dataproto_to_groups, groups_to_dataproto
+    from components.trainer.verl.dataproto import dataproto_to_groups, groups_to_dataproto
 
     groups = _groups(np.random.default_rng(0))
     d = groups_to_dataproto(groups, pad_id=0, response_length=10)
@@ -115,7 +115,7 @@ def test_groups_to_dataproto_layout_and_round_trip():
 
 @pytest.mark.parametrize("estimator", ["grpo", "drgrpo", "rloo"])
 def test_verl_uid_advantages_equal_ours(estimator):
-    from components.trainer.verl.batch import groups_to_dataproto, verl_advantages
+    from components.trainer.verl.dataproto import groups_to_dataproto, verl_advantages
 
     rng = np.random.default_rng(1)
     groups = _groups(rng, sizes=(4, 1, 3, 5, 2, 8))
@@ -134,7 +134,7 @@ def test_verl_uid_advantages_equal_ours(estimator):
 
 
 def test_method_advantage_terms_follow_the_embedded_rules():
-    from components.trainer.verl.batch import apply_method_advantages, groups_to_dataproto, verl_advantages
+    from components.trainer.verl.dataproto import apply_method_advantages, groups_to_dataproto, verl_advantages
 
     from components.methods.grpo import GRPO, GRPOConfig
 
@@ -292,28 +292,36 @@ def test_train_stage_backend_field_keeps_embedded_cache_keys():
         train.Params(backend="deepspeed")
 
 
-def test_cli_parses_params_and_rejects_bad_input(tmp_path):
-    from components.trainer.verl.__main__ import parse
+def test_train_verl_command_checks_its_arguments(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from components.cli import app
+    from components.trainer.verl.job import JobError, verl_job
 
     dirs = {k: tmp_path / k for k in ("model", "hard", "prefixes")}
     for d in dirs.values():
         d.mkdir()
-    inputs = "{" + ", ".join(f'"{k}": "{v}"' for k, v in dirs.items()) + "}"
-    p, ctx = parse(["--params", '{"method": "grpo", "steps": 2}', "--inputs", inputs, "--out", str(tmp_path / "o")])
+    inputs = {k: str(v) for k, v in dirs.items()}
+    p, ctx = verl_job({"method": "grpo", "steps": 2}, inputs, tmp_path / "o")
     # trailing KEY=VALUE words are verl Hydra overrides, applied after the params' own (the RayJob's form)
-    p2, _ = parse(["--params", '{"steps": 2, "verl_overrides": ["a.b=1"]}', "--inputs", inputs,
-                   "--out", str(tmp_path / "o2"), "trainer.nnodes=2", "trainer.n_gpus_per_node=8"])
+    p2, _ = verl_job({"steps": 2, "verl_overrides": ["a.b=1"]}, inputs, tmp_path / "o2",
+                     overrides=["trainer.nnodes=2", "trainer.n_gpus_per_node=8"])
     assert list(p2.verl_overrides) == ["a.b=1", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"]
-    with pytest.raises(SystemExit, match="overrides: 'nnodes' is not KEY=VALUE"):
-        parse(["--params", "{}", "--inputs", inputs, "--out", str(tmp_path / "o3"), "nnodes"])
+    with pytest.raises(JobError, match="overrides: 'nnodes' is not KEY=VALUE"):
+        verl_job({}, inputs, tmp_path / "o3", overrides=["nnodes"])
     assert p.backend == "verl" and p.steps == 2 and ctx.input("hard") == dirs["hard"].resolve()
     assert ctx.work_dir == (tmp_path / "o.work").resolve() and ctx.work_dir.is_dir()
-    for argv, msg in [(["--params", '{"stepz": 2}', "--inputs", inputs], "--params: stepz: Extra inputs"),
-                      (["--params", "{", "--inputs", inputs], "--params: not JSON"),
-                      (["--params", "{}", "--inputs", '{"model": "/nope"}'], "--inputs: missing hard, prefixes")]:
-        with pytest.raises(SystemExit) as e:
-            parse(argv + ["--out", str(tmp_path / "o")])
-        assert str(e.value).startswith(msg) and "\n" not in str(e.value)
+    # the command line: every bad argument is one line on stderr, exit 2, before verl starts
+    good = json.dumps(inputs)
+    for argv, msg in [(["--params", '{"stepz": 2}', "--inputs", good], "--params: stepz: unknown parameter"),
+                      (["--params", "{", "--inputs", good], "--params: not valid JSON"),
+                      (["--params", "[]", "--inputs", good], "--params: expected a JSON object"),
+                      (["--params", "{}", "--inputs", '{"model": "/nope"}'], "--inputs: missing hard, prefixes"),
+                      (["--params", "{}", "--inputs", good, "nnodes"], "overrides: 'nnodes' is not KEY=VALUE")]:
+        r = CliRunner().invoke(app, ["train-verl", *argv[:4], "--out", str(tmp_path / "o"), *argv[4:]])
+        assert r.exit_code == 2 and r.stderr.startswith(msg) and r.stderr.count("\n") == 1, (argv, r.output)
 
 
 def test_smoke_script_is_valid_bash_calls_existing_modules_and_checks_its_device():
@@ -325,7 +333,7 @@ def test_smoke_script_is_valid_bash_calls_existing_modules_and_checks_its_device
         assert r.returncode == 0, r.stderr
     text = script.read_text()
     mods = set(re.findall(r"\s-m ([a-z_][\w.]+)", text)) | set(re.findall(r"^from ([\w.]+) import", text, re.M))
-    assert {"components.trainer.verl", "components.stages"} <= mods
+    assert {"components.cli", "components.stages"} <= mods
     assert 'engine="vllm"' in text                     # the evaluate stage runs on the vLLM engine
     for m in mods:
         assert importlib.util.find_spec(m) is not None, m

@@ -14,7 +14,8 @@ checks each function against verl itself on random inputs.
   ``token-sum``: plain masked sum.
   Sequences with no valid token are excluded from the sequence means (as in verl).
   Deviation from verl, degenerate case only: an all-zero mask gives 0 instead of NaN (0/0).
-* :func:`clipped_pg_loss` = verl ``compute_policy_loss_vanilla``: ratio = exp(clamp(logp -
+* :func:`clipped_pg_loss` = verl ``compute_policy_loss_vanilla`` (:func:`pg_token_losses` is
+  its per-token part, for a trainer that aggregates micro-batches itself): ratio = exp(clamp(logp -
   old_logp, -20, 20)); per-token loss max(-A*ratio, -A*clip(ratio, 1-clip_low, 1+clip_high))
   (clip-higher when clip_high > clip_low, DAPO uses 0.2/0.28), plus verl's dual clip
   min(., -A*clip_ratio_c) for tokens with A < 0 (clip_ratio_c=3.0, verl's default; None
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["AGG_MODES", "masked_sum", "masked_mean", "agg_loss", "clipped_pg_loss", "kl_penalty"]
+__all__ = ["AGG_MODES", "CLIP_RATIO_C", "masked_sum", "masked_mean", "agg_loss", "pg_token_losses",
+           "clipped_pg_loss", "kl_penalty"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
              "token-sum")
@@ -76,6 +78,41 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean
     raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {AGG_MODES}")
 
 
+# verl's default dual-clip bound (``actor.clip_ratio_c``)
+CLIP_RATIO_C = 3.0
+
+
+def pg_token_losses(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: float | None = CLIP_RATIO_C,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate, before aggregation (verl ``compute_policy_loss_vanilla``).
+
+    ``advantages`` broadcasts against ``logp`` ([N, T] per token or [N, 1] per response).
+    Returns ``(loss [N, T], clipped [N, T] bool: the clipped term is active, dual_clipped
+    [N, T] bool: the dual clip is active, neg_kl [N, T] = clamped logp - old_logp)``. A trainer
+    that splits a batch into micro-batches aggregates the loss with its own weights.
+    """
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
+    neg_kl = torch.clamp(logp - old_logp, min=-20.0, max=20.0)
+    ratio = torch.exp(neg_kl)
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clipped = torch.maximum(loss1, loss2)
+    is_clipped = torch.gt(loss2, loss1)
+    if clip_ratio_c is None:
+        return clipped, is_clipped, torch.zeros_like(is_clipped), neg_kl
+    loss3 = -advantages * clip_ratio_c
+    negative = advantages < 0
+    per_token = torch.where(negative, torch.minimum(loss3, clipped), clipped)
+    return per_token, is_clipped, torch.gt(clipped, loss3) & negative, neg_kl
+
+
 def clipped_pg_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -84,7 +121,7 @@ def clipped_pg_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     agg: str = "token-mean",
-    clip_ratio_c: float | None = 3.0,
+    clip_ratio_c: float | None = CLIP_RATIO_C,
     loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO/GRPO clipped surrogate loss (to minimise), verl ``compute_policy_loss_vanilla``.
@@ -105,30 +142,13 @@ def clipped_pg_loss(
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1).expand_as(logp)
-    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
-    neg_kl = torch.clamp(logp - old_logp, min=-20.0, max=20.0)
-    ratio = torch.exp(neg_kl)
-    approx_kl = masked_mean(-neg_kl, mask)
-
-    loss1 = -advantages * ratio
-    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    clipped = torch.maximum(loss1, loss2)
-    clipfrac = masked_mean(torch.gt(loss2, loss1).to(logp.dtype), mask)
-    if clip_ratio_c is not None:
-        loss3 = -advantages * clip_ratio_c
-        dual = torch.minimum(loss3, clipped)
-        clipfrac_lower = masked_mean(
-            (torch.gt(clipped, loss3) & (advantages < 0)).to(logp.dtype), mask)
-        per_token = torch.where(advantages < 0, dual, clipped)
-    else:
-        clipfrac_lower = torch.zeros((), dtype=logp.dtype)
-        per_token = clipped
+    per_token, is_clipped, dual, neg_kl = pg_token_losses(logp, old_logp, advantages, clip_low, clip_high,
+                                                          clip_ratio_c)
     loss = agg_loss(per_token, mask, agg, loss_scale_factor=loss_scale_factor)
     stats = {
-        "clipfrac": float(clipfrac.detach()),
-        "clipfrac_lower": float(clipfrac_lower.detach()),
-        "approx_kl": float(approx_kl.detach()),
+        "clipfrac": float(masked_mean(is_clipped.to(logp.dtype), mask).detach()),
+        "clipfrac_lower": float(masked_mean(dual.to(logp.dtype), mask).detach()),
+        "approx_kl": float(masked_mean(-neg_kl, mask).detach()),
     }
     return loss, stats
 

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from components.stages.base import StageContext
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig, train_config_of
 
 NAME = "train"
 VERSION = 2
@@ -53,9 +53,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     traces = read_json(ctx.input("prefixes") / "traces.json")
     _check_prompt_budget(problems, tok, params)
     p0 = {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}
-    from components.trainer.verl.run import STAGE_FIELDS
-
-    cfg = TrainConfig(**params.model_dump(exclude=set(STAGE_FIELDS)))
+    cfg = train_config_of(params)
     grade = grade_fn(params.grading_timeout_s)
     try:
         trainer = EmbeddedTrainer(cfg, model, tok, grade, ctx.tracker)

@@ -3,8 +3,8 @@
 config.py   our train params -> verl's composed Hydra config
 rollout.py  RolloutEngine over verl's generate_sequences (DataProto in/out)
 agent_loop.py  the token-id agent loop verl's rollout workers run for it
-batch.py    Groups <-> DataProto, verl core_algos advantages with uid grouping
-trainer.py  RayPPOTrainer subclass whose generation step is the method
+dataproto.py  Groups <-> DataProto, verl core_algos advantages with uid grouping
+trainer.py  RayPPOTrainer subclass running the shared loop (components/trainer/loop.py)
 run.py      one run (stage backend: verl); __main__.py the CLI
 
 Nothing here is imported by the embedded path; importing this package imports nothing heavy.

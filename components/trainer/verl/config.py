@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import TrainConfig
 from components.trainer.verl.rollout import AGENT_LOOP_NAME
 
 AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")

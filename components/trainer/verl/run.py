@@ -7,13 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from components.trainer.config import TrainConfig
+from components.trainer.train_config import train_config_of
 
 CPU_RAY_UNITS = 8
-
-# train-stage fields that are not TrainConfig fields (the stage's own and verl's resources)
-STAGE_FIELDS = ("backend", "threads", "n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
-                "max_prompt_length", "verl_overrides")
 
 
 def model_path(model_input: Path) -> Path:
@@ -35,7 +31,7 @@ def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
     # the sweep's own verl_overrides come last, so they can undo any CPU default
     extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + tuple(params.verl_overrides)
 
-    cfg = TrainConfig(**params.model_dump(exclude=set(STAGE_FIELDS)))
+    cfg = train_config_of(params)
     ov = overrides(cfg, model_path=model_dir, work_dir=work_dir, n=samples_per_prompt(cfg),
                    project=sweep or "rlvr", experiment=f"train-{cfg.method}-s{cfg.seed}",
                    n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,

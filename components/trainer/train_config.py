@@ -1,4 +1,4 @@
-"""The embedded trainer's config (also the ``train`` stage's params). Light: no torch."""
+"""The trainers' config (the ``train`` stage's params add the stage's own fields). Light: no torch."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -60,3 +60,9 @@ class TrainConfig(StageParams):
             msg = errs[0]["msg"] if errs else str(e)
             raise ValueError(f"method_config.{where}: {msg} (method {self.method})") from None
         return self
+
+
+def train_config_of(params: StageParams) -> TrainConfig:
+    """The trainers' part of the ``train`` stage's params (both backends): every
+    ``TrainConfig`` field; the stage's own fields (backend, threads, verl's resources) stay out."""
+    return TrainConfig(**params.model_dump(include=set(TrainConfig.model_fields)))

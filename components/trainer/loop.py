@@ -1,0 +1,199 @@
+"""The training loop both backends run.
+
+One step: the method picks the batch's rollouts and the backend's engine generates them
+(the grader scores them inside ``RolloutContext.sample_groups``); the method observes the
+groups; the backend's update turns them into advantages and one optimizer step; the step's
+metrics row is logged; every ``ckpt_every`` steps a checkpoint; every ``val_every`` steps
+validation on the held-out prompts.
+
+    rollout -> observe -> update (advantages, loss, step) -> metrics -> validation -> checkpoint
+
+A backend subclasses :class:`FitLoop` and supplies only what differs: its rollout engine
+(``rollout_ctx``), its actor update (``update``), where checkpoints live (``restore`` /
+``save_checkpoint``) and where metrics go (``log_metrics``), plus the hooks around the
+step that a server-based engine needs (``begin_step``, ``after_rollout``, ``after_update``).
+The checkpoint is written after the step's row is in the history, so a resumed run keeps
+every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's
+method rng from ``(seed, step, 17)``, so a resumed run draws what the uninterrupted one did.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from components.data.schema import Problem
+from components.engine.base import TokenMeter
+from components.methods.base import Group, Method, RolloutContext
+from components.progress import step_progress
+from components.trainer.train_config import TrainConfig
+
+# validation samples are drawn with this offset on the run's seed, the same at every step
+VALIDATION_SEED = 7_919
+
+
+def batch_order(n: int, seed: int, step: int, batch: int) -> list[int]:
+    """Indices of the step's batch: epochs of seeded permutations, concatenated."""
+    out, pos = [], step * batch
+    while len(out) < batch:
+        epoch, off = divmod(pos, n)
+        perm = np.random.default_rng([seed, epoch]).permutation(n)
+        take = min(batch - len(out), n - off)
+        out.extend(perm[off:off + take].tolist())
+        pos += take
+    return out
+
+
+class FitLoop:
+    """The loop; a backend sets ``cfg``, ``method``, ``meter`` and ``history`` and
+    implements the hooks below that raise ``NotImplementedError``."""
+
+    cfg: TrainConfig
+    method: Method
+    meter: TokenMeter
+    history: list[dict[str, float]]
+    backend_name: str = "embedded"
+
+    # ------------------------------------------------------------------ backend hooks
+    def rollout_ctx(self, step: int, seed_base: int) -> RolloutContext:
+        raise NotImplementedError
+
+    def update(self, groups: list[Group]) -> dict[str, float]:
+        """Advantages, loss and one optimizer step on the groups; stats logged as ``train/<key>``."""
+        raise NotImplementedError
+
+    def restore(self) -> tuple[int, dict[str, Any] | None]:
+        """Load the latest checkpoint: (first step to run, loop state saved with it or None)."""
+        raise NotImplementedError
+
+    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        """Checkpoint after ``step`` with the loop's ``state`` (method, meter, history)."""
+        raise NotImplementedError
+
+    def log_metrics(self, row: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def begin_step(self, step: int) -> None:
+        pass
+
+    def after_rollout(self) -> None:
+        pass
+
+    def after_update(self) -> None:
+        pass
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {}
+
+    # ------------------------------------------------------------------ the loop
+    def run_loop(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
+                 tokenizer, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+        c = self.cfg
+        self.method.setup(problems, {**resources, "tokenizer": tokenizer})
+        train_set = self.method.training_problems(problems)
+        if not train_set:
+            raise ValueError(f"{c.method}: no training problems")
+        val_set = list(val_problems)[: c.val_size]
+        start, state = self.restore()
+        if state is not None:
+            self.method.load_state_dict(state["method"])
+            self.meter.load_state_dict(state["meter"])
+            self.history = state["history"]
+        if start == 0 and val_set:
+            acc0, clip0 = self.validate(val_set, -1)
+            self._log({"val/accuracy": acc0, "val/clip_ratio": clip0}, step=0)
+        with step_progress(f"train {c.method} s{c.seed}", c.steps, start) as bar:
+            for step in range(start, c.steps):
+                self.begin_step(step)
+                t0 = time.monotonic()
+                batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, c.batch_prompts)]
+                rng = np.random.default_rng([c.seed, step, 17])
+                before = self.meter.totals()
+                with self.meter.tagged(step=step):
+                    groups = self.method.rollout(batch, self.rollout_ctx(step, c.seed), rng)
+                self.after_rollout()
+                t_gen = time.monotonic() - t0
+                self.method.observe(groups)
+                upd = self.update(groups)
+                self.after_update()
+                row = self.step_metrics(groups, before, self.meter.totals())
+                row.update({f"train/{k}": v for k, v in upd.items()})
+                row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
+                row.update(self.extra_metrics())
+                row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
+                if val_set and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
+                    row["val/accuracy"], row["val/clip_ratio"] = self.validate(val_set, step)
+                self._log(row, step=step + 1)
+                if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
+                    self.save_checkpoint(step, {"method": self.method.state_dict(),
+                                                "meter": self.meter.state_dict(), "history": self.history})
+                bar.advance(1, info=f"reward {row['reward/mean']:.3f} mixed {row['groups/mixed_frac']:.2f}")
+                if on_step is not None:
+                    on_step(step)
+        return self.summary()
+
+    def validate(self, problems: Sequence[Problem], step: int) -> tuple[float, float]:
+        """(mean reward, share of responses cut at the budget) of ``val_samples`` samples per
+        held-out prompt, drawn with the same seeds at every step."""
+        if not problems:
+            return float("nan"), float("nan")
+        ctx = self.rollout_ctx(0, VALIDATION_SEED + self.cfg.seed)
+        with self.meter.tagged(step=step):
+            groups = ctx.sample_groups(ctx.prompt_items(problems), self.cfg.val_samples, purpose="validation")
+        clip = float(np.mean([f == "length" for g in groups for f in g.finish_reasons]))
+        return float(np.mean([r for g in groups for r in g.rewards])), clip
+
+    def step_metrics(self, groups: list[Group], before: dict, after: dict) -> dict[str, float]:
+        rl = [g for g in groups if not g.supervised]
+        rewards = [r for g in rl for r in g.rewards]
+        fresh = [r for g in rl if not g.is_replay for r in g.rewards]
+        replay = [r for g in rl if g.is_replay for r in g.rewards]
+        lens = [len(x) for g in groups for x in g.responses]
+        finish = [f for g in rl for f in g.finish_reasons]
+        nan = float("nan")
+        return {
+            "reward/mean": float(np.mean(rewards)) if rewards else nan,
+            "reward/fresh_mean": float(np.mean(fresh)) if fresh else nan,
+            "reward/replay_mean": float(np.mean(replay)) if replay else nan,
+            "groups/mixed_frac": float(np.mean([g.mixed for g in rl])) if rl else nan,
+            "groups/replay_frac": float(np.mean([g.is_replay for g in rl])) if rl else 0.0,
+            "response/length_mean": float(np.mean(lens)) if lens else 0.0,
+            # share of sampled responses cut off by the response budget (verl's name)
+            "response_length/clip_ratio": float(np.mean([f == "length" for f in finish])) if finish else nan,
+            "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
+            "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
+            "tokens/generated_cum": float(self.meter.totals("train_rollout")["generated_tokens"]),
+            "rollouts": float(after["sequences"] - before["sequences"]),
+        }
+
+    def _log(self, row: dict[str, float], step: int) -> None:
+        clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
+        self.log_metrics(clean, step)
+        self.history.append({"step": step, **clean})
+
+    # ------------------------------------------------------------------ outputs
+    def summary(self) -> dict[str, Any]:
+        tot = self.meter.totals("train_rollout")
+        last_val = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
+        clip = [h["response_length/clip_ratio"] for h in self.history if "response_length/clip_ratio" in h]
+        out = {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps,
+               "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
+               "rollouts": tot["sequences"], "final_val_accuracy": last_val[-1] if last_val else None,
+               "max_new_tokens": self.cfg.max_new_tokens,
+               "clip_ratio": float(np.mean(clip)) if clip else None}
+        if self.backend_name != "embedded":
+            out["backend"] = self.backend_name
+        return out
+
+    def write_records(self, out_dir: Path) -> None:
+        """The run's records beside ``model/``: the same files from every backend."""
+        with open(out_dir / "metrics.jsonl", "w") as f:
+            for h in self.history:
+                f.write(json.dumps(h) + "\n")
+        (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
+        (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
+        (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))

@@ -20,7 +20,6 @@ import fcntl
 import importlib
 import json
 import os
-import re
 import shutil
 import time
 import uuid
@@ -31,10 +30,11 @@ from components.artifacts import (MANIFEST, _canonical, _file_digests, _fsync_di
                                   _write_manifest, artifact_dir, artifact_root, cache_key, file_sha256,
                                   read_manifest, rlvr_home, tracking_uri, tree_digest, verify_manifest, work_dir)
 from components.code_fingerprint import code_fingerprint
+from components.error_text import one_line, validation_problem
 from components.progress import note
 from components.stages.base import StageContext
 from components import run_card, tracking
-from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, _one_line, client, end_sweep_run,  # noqa: F401
+from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, client, end_sweep_run,  # noqa: F401
                                  ensure_experiment, start_sweep_run)
 
 STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
@@ -64,19 +64,30 @@ def register_stage(name: str, module_path: str) -> None:
     STAGES[name] = module_path
 
 
-def stage_module_path(name: str) -> str:
+# ``task: <name>`` in a stage's params selects that task's module of the same stage name
+# (same inputs and outputs; the math task's stages need no ``task``)
+TASK_STAGES: dict[str, str] = {"agentic": "components.agentic.stages"}
+
+
+def stage_module_path(name: str, params: dict | None = None) -> str:
     overrides = json.loads(os.environ.get(OVERRIDES_ENV) or "{}")
     if name in overrides:
         return overrides[name]
     if name not in STAGES:
         raise StageError(f"unknown stage '{name}' (known: {', '.join(sorted(STAGES))})")
+    task = (params or {}).get("task") if isinstance(params, dict) else None
+    if task is not None:
+        if task not in TASK_STAGES:
+            raise StageError(f"stage '{name}': params.task: unknown task {task!r} (known: {', '.join(TASK_STAGES)})",
+                             "task", f"unknown task {task!r}")
+        return f"{TASK_STAGES[task]}.{name}"
     return STAGES[name]
 
 
-def load_stage(name: str):
+def load_stage(name: str, params: dict | None = None):
     """Import the stage lazily. ``pkg.mod`` is a stage module; ``pkg.mod:obj`` names an
     object in it with the same attributes (handy for several toy stages in one file)."""
-    path = stage_module_path(name)
+    path = stage_module_path(name, params)
     mod_path, _, attr = path.partition(":")
     try:
         mod = importlib.import_module(mod_path)
@@ -133,19 +144,12 @@ def _lookup(stage: str, key: str, repair: bool) -> dict | None:
 def check_params(name: str, params: dict, mod=None):
     """The stage's validated Params, or StageError with one line naming the field."""
     from pydantic import ValidationError
-    mod = mod or load_stage(name)
+    mod = mod or load_stage(name, params)
     try:
         return mod.Params.model_validate(params or {})
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        problem = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
-        problem = _one_line(problem.removeprefix("Value error, "))
-        if not field and re.match(r"^[\w.]+: ", problem):  # a model validator naming its field
-            field, problem = problem.split(": ", 1)
-        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise StageError(f"stage '{name}': params.{field or '<root>'}: {problem}{more}",
-                         field or "<root>", problem + more) from None
+        field, problem = validation_problem(e, unknown="unknown parameter")
+        raise StageError(f"stage '{name}': params.{field}: {problem}", field, problem) from None
 
 
 def _resolve_inputs(name: str, mod, inputs: dict[str, str]) -> dict[str, tuple[Path, dict]]:
@@ -181,7 +185,7 @@ def cache_key_of(name: str, params: dict, inputs: dict[str, str]) -> str:
     (VERSION, code fingerprint) and defaults, and the digests that the inputs' manifests
     record (not re-verified here; ``cached`` verifies an output). StageError when the stage,
     its params or an input's manifest is not there."""
-    mod = load_stage(name)
+    mod = load_stage(name, params)
     pdict = check_params(name, params, mod).model_dump(mode="json")
     digests = {}
     for n, uri in sorted(inputs.items()):
@@ -189,7 +193,7 @@ def cache_key_of(name: str, params: dict, inputs: dict[str, str]) -> str:
         if m is None:
             raise StageError(f"stage '{name}': input '{n}' is gone ({uri})")
         digests[n] = m["digest"]
-    return cache_key(name, mod.VERSION, pdict, digests, code_fingerprint(stage_module_path(name)))
+    return cache_key(name, mod.VERSION, pdict, digests, code_fingerprint(stage_module_path(name, params)))
 
 
 def cached(name: str, key: str) -> dict | None:
@@ -199,11 +203,11 @@ def cached(name: str, key: str) -> dict | None:
 
 
 def _run_stage(name, params, inputs, sweep, parent_run_id, force, cell=None) -> dict:
-    mod = load_stage(name)
+    mod = load_stage(name, params)
     p = check_params(name, params, mod)
     resolved = _resolve_inputs(name, mod, inputs or {})
     pdict = p.model_dump(mode="json")
-    code = code_fingerprint(stage_module_path(name))
+    code = code_fingerprint(stage_module_path(name, params))
     key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()}, code)
     exp_id = ensure_experiment(sweep)
     if not force and (hit := _lookup(name, key, repair=False)):
@@ -268,7 +272,7 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
             shutil.rmtree(final, ignore_errors=True)
         err = _disk_error(name, e, tmp)
         with contextlib.suppress(Exception):
-            tracker.set_tags({"rlvr.error": _one_line(f"{type(err or e).__name__}: {err or e}")})
+            tracker.set_tags({"rlvr.error": one_line(f"{type(err or e).__name__}: {err or e}", 500)})
             c.set_terminated(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         if err is not None:
             raise err from e

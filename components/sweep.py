@@ -30,8 +30,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.k8s.settings import KubernetesSettings
 from components.budget import DEFAULT_RESPONSE_TOKENS
+from components.error_text import FieldError, one_line, validation_problem
+from components.k8s.settings import KubernetesSettings
 
 # Fallback while components.methods.registry does not exist (or fails to import):
 # the sweep file must stay loadable by the DAG parser regardless.
@@ -204,7 +205,7 @@ class Sweep(_Strict):
             where = f"method_train.{m}" if "max_new_tokens" in self.method_train.get(m, {}) else "stages.train"
             b = budget({**st.train, **self.method_train.get(m, {})})
             if b < floor:
-                raise ValueError(f"{where}.max_new_tokens: {b} is below the filter/eval response budget {floor} "
+                raise FieldError(f"{where}.max_new_tokens", f"{b} is below the filter/eval response budget {floor} "
                                  "(answers get cut off in training only); set short_train_budget: true if on purpose")
         return self
 
@@ -217,7 +218,7 @@ class Sweep(_Strict):
                 continue
             if "/" in m or Path(m).expanduser().exists():
                 continue
-            raise ValueError(f"models[{i}]: {m!r} is not a key of model_specs nor a path / HF id")
+            raise FieldError(f"models[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
         return self
 
     # ---- derived views used by the DAG factory ----
@@ -274,34 +275,9 @@ def sweep_digest(cfg: Sweep) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<root>"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _from_validation(file: str, err: ValidationError) -> SweepError:
-    errors = err.errors()
-    e = errors[0]
-    loc = _loc(tuple(p for p in e["loc"] if p not in ("function-after", "function-before")))
-    if e["type"] == "extra_forbidden":
-        problem = "unknown key"
-    elif e["type"] == "missing":
-        problem = "required field is missing"
-    else:
-        problem = e["msg"].removeprefix("Value error, ")
-    if loc == "<root>" and problem.startswith(("models[", "stages.", "method_train.")):  # from a model validator
-        loc, _, problem = problem.partition(": ")
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return SweepError(_one_line(f"{file}: {loc}: {problem}{more}"))
+    field, problem = validation_problem(err)
+    return SweepError(one_line(f"{file}: {field}: {problem}"))
 
 
 def parse_sweep(data: Any, file: str = "<sweep>") -> Sweep:
@@ -326,5 +302,5 @@ def load_sweep(path: str | Path) -> Sweep:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "yaml"
         problem = getattr(e, "problem", None) or str(e)
-        raise SweepError(_one_line(f"{file}: {where}: YAML syntax error: {problem}")) from None
+        raise SweepError(one_line(f"{file}: {where}: YAML syntax error: {problem}")) from None
     return parse_sweep(data, file)

@@ -60,11 +60,6 @@ def ensure_experiment(name: str) -> str:
     return exp.experiment_id
 
 
-def _one_line(text: Any, limit: int = 500) -> str:
-    s = " ".join(str(text).split())
-    return s[:limit]
-
-
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in d.items():

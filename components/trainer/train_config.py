@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from components.budget import DEFAULT_RESPONSE_TOKENS
+from components.error_text import FieldError, validation_problem
 from components.stages.base import StageParams
 
 
@@ -54,11 +55,9 @@ class TrainConfig(StageParams):
             raise ValueError(e.args[0]) from None
         try:
             cls.Config(**self.method_config)
-        except Exception as e:                   # pydantic error -> one line naming the field
-            errs = getattr(e, "errors", lambda: [])()
-            where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
-            msg = errs[0]["msg"] if errs else str(e)
-            raise ValueError(f"method_config.{where}: {msg} (method {self.method})") from None
+        except ValidationError as e:
+            field, problem = validation_problem(e, unknown="unknown parameter")
+            raise FieldError(f"method_config.{field}", f"{problem} (method {self.method})") from None
         return self
 
 

@@ -18,7 +18,7 @@ a retry or a cleared task cheap, and only small dicts (URIs, run ids) go to XCom
 ``executor: kubernetes`` (``_gpu_pods``): the GPU stages filter_hard, train and evaluate
 are KubernetesPodOperator tasks running ``rlvr run-stage`` in the trainer image from the
 pod template ``manifests/base/pod-templates/gpu-stage.yaml``, one pod per model / grid
-cell / eval cell (``components/k8s/pods.py`` builds the specs, the sweep's
+cell / eval cell (``components/k8s/stage_pods.py`` builds the specs, the sweep's
 ``kubernetes:`` block sizes them). Every other task (start/end of the sweep run,
 prepare_data, pretrain = download or registration of a hub model, seed_prefixes, tokens,
 tables, and the small ``*_args`` tasks) stays a Python task: under Airflow's
@@ -269,13 +269,13 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
     sweep's: they shape the operators."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from components.k8s import pods  # the provider and the kubernetes client: kubernetes sweeps only
+    from components.k8s import stage_pods  # the provider and the kubernetes client: kubernetes sweeps only
 
     name, ks = cfg.name, cfg.kubernetes
-    pod_op = pods.operator_class()
+    pod_op = stage_pods.operator_class()
 
     def pod(stage: str, params: dict, inputs: dict, parent: str, cell: str, extra: dict) -> dict:
-        return pods.pod_kwargs(ks, stage, params, inputs, sweep=name, parent=parent, cell=cell, extra=extra)
+        return stage_pods.pod_kwargs(ks, stage, params, inputs, sweep=name, parent=parent, cell=cell, extra=extra)
 
     def by_model(results) -> dict:
         return {r["model"]: r for r in _items(results)}
@@ -283,8 +283,8 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
     @task
     def filter_hard_args(parent: str, sweep: dict, data: dict, models: dict) -> list[dict]:
         try:  # fail here, in a CPU worker, not as an empty pod on a GPU node
-            pods.check_template(ks)
-        except pods.PodSpecError as e:
+            stage_pods.check_template(ks)
+        except stage_pods.PodSpecError as e:
             raise AirflowFailException(f"{name}: {e}") from None
         c = _cfg(sweep)
         return [pod("filter_hard", c.stages.filter_hard, {"data": data["uri"], "model": models[m]["uri"]},
@@ -314,12 +314,12 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
                     {"model": uris[e["key"]], "hard": hard[e["model"]]["uri"]}, parent, e["label"],
                     {"label": e["label"]}) for e in c.eval_cells() if e["key"] in uris]
 
-    hard = pod_op.partial(**pods.partial_kwargs(ks, "filter_hard")).expand_kwargs(
+    hard = pod_op.partial(**stage_pods.partial_kwargs(ks, "filter_hard")).expand_kwargs(
         filter_hard_args(parent, snap, data, models)).output  # the XComArg of all mapped results
     prefixes = seed_prefixes_cpu(parent, snap, hard)
-    trains = pod_op.partial(**pods.partial_kwargs(ks, "train")).expand_kwargs(
+    trains = pod_op.partial(**stage_pods.partial_kwargs(ks, "train")).expand_kwargs(
         train_args(parent, snap, models, hard, prefixes)).output
-    evals = pod_op.partial(**pods.partial_kwargs(ks, "evaluate")).expand_kwargs(
+    evals = pod_op.partial(**stage_pods.partial_kwargs(ks, "evaluate")).expand_kwargs(
         eval_args(parent, snap, trains, models, hard)).output
     return trains, evals
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import toy_stages
 from components import lineage
 from components.cli import RESULT_KEYS, app
-from components.k8s.pods import XCOM_FILE, run_stage_args
+from components.k8s.stage_pods import XCOM_FILE, run_stage_args
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_xcom_file_holds_exactly_the_printed_json(home, tmp_path):
 
 
 def test_a_pod_argument_list_runs_as_is(home, tmp_path):
-    """The argument list the DAG gives a pod (components.k8s.pods), template-safe JSON and
+    """The argument list the DAG gives a pod (components.k8s.stage_pods), template-safe JSON and
     all, parsed by the real CLI; --extra labels the result with the pod's cell."""
     first = json.loads(CliRunner().invoke(app, ["run-stage", "prepare_data", "--sweep", "k8s"]).stdout)
     args = run_stage_args("pretrain", {"model": "{{ not a template }}"}, {"data": first["uri"]}, sweep="k8s",

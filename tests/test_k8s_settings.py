@@ -7,7 +7,7 @@ import re
 import jinja2
 import pytest
 
-from components.k8s import pods
+from components.k8s import stage_pods
 from components.k8s.settings import DEFAULT_RESOURCES, GPU_STAGES, KubernetesSettings, quantity
 from components.sweep import SweepError, parse_sweep
 
@@ -64,10 +64,10 @@ def test_label_values_and_pod_names_are_valid_and_distinct():
     label = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
     cells = ["qwen2.5-7b-instruct-grpo-s0@aime24", "qwen2.5-7b-instruct-grpo-s0@aime25",
              "x" * 80 + "-a", "x" * 80 + "-b", "-odd-", "plain-key_1.0"]
-    values = [pods.label_value(c) for c in cells]
+    values = [stage_pods.label_value(c) for c in cells]
     assert all(label.match(v) for v in values) and len(set(values)) == len(cells)
-    assert pods.label_value("plain-key_1.0") == "plain-key_1.0"  # valid text is kept as is
-    names = [pods.pod_name("filter_hard", c) for c in cells]
+    assert stage_pods.label_value("plain-key_1.0") == "plain-key_1.0"  # valid text is kept as is
+    names = [stage_pods.pod_name("filter_hard", c) for c in cells]
     assert all(re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", n) and len(n) <= 54 for n in names)
     assert names[0] == "rlvr-filter-hard-qwen2-5-7b-instruct-grpo-s0-aime24"
 
@@ -75,27 +75,27 @@ def test_label_values_and_pod_names_are_valid_and_distinct():
 def test_template_safe_json_survives_jinja():
     env = jinja2.Environment()
     for obj in ({"t": "{{ ds }} {% raw %} {# c #} {{{"}, {"a": {"b": [{"c": {}}]}}, {"u": "é {x}"}):
-        text = pods.template_safe_json(obj)
+        text = stage_pods.template_safe_json(obj)
         assert env.from_string(text).render(ds="RENDERED") == text  # nothing for Jinja to do
         assert json.loads(text) == obj
 
 
 def test_check_template(tmp_path):
-    ok = pods.check_template(KubernetesSettings())
-    assert ok == pods.REPO / "manifests/base/pod-templates/gpu-stage.yaml"
+    ok = stage_pods.check_template(KubernetesSettings())
+    assert ok == stage_pods.REPO / "manifests/base/pod-templates/gpu-stage.yaml"
     bad = tmp_path / "t.yaml"
     bad.write_text("kind: Pod\nspec: {containers: [{name: main, image: x}]}\n")
-    with pytest.raises(pods.PodSpecError, match=r"spec.containers\[0\].name: expected 'base', got 'main'"):
-        pods.check_template(KubernetesSettings(pod_template=str(bad)))
+    with pytest.raises(stage_pods.PodSpecError, match=r"spec.containers\[0\].name: expected 'base', got 'main'"):
+        stage_pods.check_template(KubernetesSettings(pod_template=str(bad)))
     bad.write_text("kind: Job\n")
-    with pytest.raises(pods.PodSpecError, match="kind: expected Pod"):
-        pods.check_template(KubernetesSettings(pod_template=str(bad)))
-    with pytest.raises(pods.PodSpecError, match="kubernetes.pod_template: .*missing.yaml"):
-        pods.check_template(KubernetesSettings(pod_template=str(tmp_path / "missing.yaml")))
+    with pytest.raises(stage_pods.PodSpecError, match="kind: expected Pod"):
+        stage_pods.check_template(KubernetesSettings(pod_template=str(bad)))
+    with pytest.raises(stage_pods.PodSpecError, match="kubernetes.pod_template: .*missing.yaml"):
+        stage_pods.check_template(KubernetesSettings(pod_template=str(tmp_path / "missing.yaml")))
 
 
 def test_deployment_template_env_applies_only_when_the_sweep_keeps_the_default(tmp_path, monkeypatch):
-    from components.k8s.pods import TEMPLATE_ENV, template_path
+    from components.k8s.stage_pods import TEMPLATE_ENV, template_path
     from components.k8s.settings import KubernetesSettings
 
     monkeypatch.delenv(TEMPLATE_ENV, raising=False)

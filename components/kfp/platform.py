@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from components.k8s import pods
+from components.k8s import stage_pods
 from components.k8s.settings import KubernetesSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def config_map() -> tuple[str, list[str]]:
 
 def template(settings: KubernetesSettings) -> dict:
     """The GPU stage pod template's pod-level and ``base``-container parts that KFP can express."""
-    path = pods.check_template(settings)  # raises PodSpecError for a missing / wrong file
+    path = stage_pods.check_template(settings)  # raises PodSpecError for a missing / wrong file
     spec = _load(path)["spec"]
     base = spec["containers"][0]
     vols = {v["name"]: v for v in spec.get("volumes") or []}
@@ -107,7 +107,7 @@ def pod_plan(settings: KubernetesSettings | None, sweep: str, stage: str | None,
     t = template(ks)
     cm_name, cm_keys = config_map()
     if cm_name not in t["config_maps"]:
-        raise PlatformError(f"{pods.template_path(ks)}: envFrom: ConfigMap {cm_name!r} of {CONFIG_MAP} is not used")
+        raise PlatformError(f"{stage_pods.template_path(ks)}: envFrom: ConfigMap {cm_name!r} of {CONFIG_MAP} is not used")
     env: dict[str, str] = {"RLVR_SWEEP": sweep}   # as on the Airflow GPU pods (the parent run id is an arg)
     if stage:
         env["RLVR_STAGE"] = stage
@@ -130,7 +130,7 @@ def pod_plan(settings: KubernetesSettings | None, sweep: str, stage: str | None,
             "config_map": {"name": cm_name, "keys": cm_env}, "secrets": t["secrets"], "claims": t["claims"],
             "empty_dirs": empty_dirs, "node_selector": t["node_selector"] if gpus else {},
             "tolerations": t["tolerations"] if gpus else [], "pull_policy": t["pull_policy"], "user": t["user"],
-            "labels": {"app.kubernetes.io/part-of": "rlvr-sweeps", "rlvr/sweep": pods.label_value(sweep),
+            "labels": {"app.kubernetes.io/part-of": "rlvr-sweeps", "rlvr/sweep": stage_pods.label_value(sweep),
                        **({"rlvr/stage": stage} if stage else {})}}
 
 

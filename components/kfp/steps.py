@@ -66,8 +66,8 @@ def snapshot(sweep: dict, seeds: list | None, methods: list | None, where: str) 
 
 def serialised(c: dict, parent: str) -> dict[str, str]:
     """One call as a ParallelFor item: its arguments as the exact strings the Airflow pods
-    pass (``components.k8s.pods.template_safe_json``: sorted keys), and the parent run id."""
-    from components.k8s.pods import template_safe_json
+    pass (``components.k8s.stage_pods.template_safe_json``: sorted keys), and the parent run id."""
+    from components.k8s.stage_pods import template_safe_json
     return {"cell": c["cell"], "params": template_safe_json(c["params"]), "parent": parent,
             "inputs": template_safe_json(c["inputs"]), "extra": template_safe_json(c["extra"])}
 

@@ -14,7 +14,7 @@ import json
 import pytest
 from kfp_testlib import SWEEPS
 
-from components.k8s.pods import run_stage_args
+from components.k8s.stage_pods import run_stage_args
 from components.sweep import load_sweep
 
 GPU = ("filter_hard", "train", "evaluate")

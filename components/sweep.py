@@ -33,10 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
 from components.k8s.settings import KubernetesSettings
-
-# Fallback while components.methods.registry does not exist (or fails to import):
-# the sweep file must stay loadable by the DAG parser regardless.
-KNOWN_METHODS: tuple[str, ...] = ("grpo", "vsr", "sft")
+from components.methods.registry import available
 
 STAGE_NAMES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes",
                "train", "evaluate", "tokens", "tables")
@@ -49,14 +46,8 @@ class SweepError(ValueError):
 
 
 def known_methods() -> tuple[str, ...]:
-    # Imported lazily: the methods package is written separately and may pull in
-    # more than the DAG parser should pay for unless a sweep is actually checked.
-    try:
-        from components.methods.registry import available  # type: ignore
-        names = tuple(available())
-        return names or KNOWN_METHODS
-    except Exception:  # noqa: BLE001 - registry missing or broken: use the constant
-        return KNOWN_METHODS
+    """The registered methods (``components.methods.registry``: names only, no torch)."""
+    return tuple(available())
 
 
 def slug(text: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,6 @@ stages:
 method_config:
   vsr: {rho: 0.5}
 """
-
-
-@pytest.fixture(autouse=True)
-def no_registry(monkeypatch):
-    # Pin the fallback list so the tests do not depend on the methods package's state.
-    monkeypatch.setitem(sys.modules, "components.methods.registry", None)
 
 
 def write(tmp_path, text, name="s.yaml"):
@@ -106,17 +99,14 @@ def test_missing_file(tmp_path):
         load_sweep(tmp_path / "absent.yaml")
 
 
-def test_methods_come_from_registry_when_present(tmp_path, monkeypatch):
-    reg = types.ModuleType("components.methods.registry")
-    reg.available = lambda: ["grpo", "vigor"]
-    monkeypatch.setitem(sys.modules, "components.methods.registry", reg)
-    assert sw.known_methods() == ("grpo", "vigor")
-    load_sweep(write(tmp_path, BASE.replace("[grpo, vsr]", "[grpo, vigor]").replace("  vsr: {rho", "  vigor: {rho")))
-    assert "unknown method 'vsr'" in err(tmp_path, BASE)
+def test_methods_come_from_the_registry(tmp_path, monkeypatch):
+    from components.methods import registry
 
-
-def test_registry_missing_falls_back():
-    assert sw.known_methods() == sw.KNOWN_METHODS
+    assert sw.known_methods() == tuple(registry.available())
+    mine = BASE.replace("[grpo, vsr]", "[grpo, mine]").replace("  vsr: {rho", "  mine: {rho")
+    assert "unknown method 'mine'" in err(tmp_path, mine)
+    monkeypatch.setitem(registry._METHODS, "mine", "plugin.module:Mine")   # a plug-in, registered by name
+    assert load_sweep(write(tmp_path, mine)).methods == ["grpo", "mine"]
 
 
 def test_import_is_light():

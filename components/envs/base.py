@@ -83,14 +83,22 @@ class TextEnv:
     max_steps: int = 15
     history_turns: int = 2
     invalid_penalty: float = 0.1
+    # "full": verl-agent's prompt shape (below); "compact": the same parts (a one-line
+    # instruction, the last ``history_turns`` states and actions, the current state) in as few
+    # characters as possible, for the embedded character-level policy, whose cost grows with
+    # the prompt length (every turn of every episode is a training row with its own prompt)
+    template: str = "full"
     name: str = field(default="", init=False)
     instruction: str = field(default="", init=False)
+    short_instruction: str = field(default="", init=False)
 
     def __post_init__(self):
         if self.max_steps < 1:
             raise ValueError(f"{self.name}: max_steps must be >= 1, got {self.max_steps}")
         if self.history_turns < 0:
             raise ValueError(f"{self.name}: history_turns must be >= 0, got {self.history_turns}")
+        if self.template not in ("full", "compact"):
+            raise ValueError(f"{self.name}: template must be 'full' or 'compact', got {self.template!r}")
         self._seed: int | None = None
         self._done = True
         self._turns: list[Turn] = []
@@ -113,6 +121,10 @@ class TextEnv:
 
     def admissible_actions(self) -> list[str]:
         raise NotImplementedError
+
+    def _compact_state(self) -> str:
+        """The state for the compact template (default: the anchor text)."""
+        return self._state_text()
 
     # -- protocol ----------------------------------------------------------------------------
     @property
@@ -150,7 +162,7 @@ class TextEnv:
                            f"{self.steps} turns)")
         if not isinstance(action, str):
             action = "" if action is None else str(action)
-        state_before = self._state_text()
+        state_before = self._state_text() if self.template == "full" else self._compact_state()
         parsed = self._parse(action)
         if parsed is None:
             reward, won, over = -self.invalid_penalty, False, False
@@ -158,6 +170,8 @@ class TextEnv:
             reward, won, over = self._apply(parsed)
         shown = (self._action_name(parsed) if parsed is not None
                  else f"{action.strip()[:80]!r} (invalid, no move)")
+        if self.template == "compact":
+            shown = self._action_name(parsed) if parsed is not None else "?"
         self._turns.append(Turn(state_before, action, parsed is not None, shown))
         self._won = won
         truncated = not (won or over) and self.steps >= self.max_steps
@@ -177,6 +191,13 @@ class TextEnv:
 
     def prompt(self) -> str:
         """Instruction + recent history + current state + admissible actions."""
+        if self.template == "compact":
+            # "<instruction>\n" then "<state>\n><action>\n" per recent turn ("?" = invalid)
+            # then "<state>\n>": the reply continues after ">"
+            recent = self._turns[-self.history_turns:] if self.history_turns else []
+            parts = [self.short_instruction or self.name]
+            parts += [f"{t.state}\n>{t.shown}" for t in recent]
+            return "\n".join(parts + [self._compact_state() + "\n>"])
         lines = [self.instruction.strip(), ""]
         recent = self._turns[-self.history_turns:] if self.history_turns else []
         if self._turns:

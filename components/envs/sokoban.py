@@ -61,6 +61,7 @@ class SokobanEnv(TextEnv):
     levels: list | str | Path | None = None
     name: str = field(default="sokoban", init=False)
     instruction: str = field(default=INSTRUCTION, init=False)
+    short_instruction: str = field(default="sokoban", init=False)
 
     def __post_init__(self):
         super().__post_init__()
@@ -115,6 +116,15 @@ class SokobanEnv(TextEnv):
 
     def _state_text(self) -> str:
         return self.level.render()
+
+    def _compact_state(self) -> str:
+        # the board without its outer wall ring when it has one (generated boards always do):
+        # the compact template's only purpose is fewer tokens per prompt
+        rows = [r.replace(" ", "") for r in self.level.render().split("\n")]
+        ring = (set(rows[0]) == set(rows[-1]) == {"#"} and all(r[0] == r[-1] == "#" for r in rows))
+        if ring and len(rows) > 2 and len(rows[0]) > 2:
+            rows = [r[1:-1] for r in rows[1:-1]]
+        return "\n".join(rows)
 
     def admissible_actions(self) -> list[str]:
         return list(MOVES)

@@ -1,0 +1,143 @@
+"""Multi-turn rollouts: a batch of episodes generated turn by turn through a ``RolloutEngine``.
+
+An episode starts at a :class:`Start`: a map seed and an action prefix replayed without
+generation (a VSR replay state; ``()`` = the initial state). Each turn, every live episode's
+prompt (the environment's: instruction + last turns + current state) is tokenised; episodes
+whose prompts are identical (the ``n`` episodes of a group at their first turn) share one
+request with ``n`` samples, as the engine shares one prefill across a request's samples. The
+engine meters every call (purpose as asked, tagged ``turn``), so generated tokens are counted
+per turn. Each reply goes to ``env.step`` as text: an unparsable reply is the environment's
+invalid move, never an error here.
+
+What a turn keeps: its context ids (the prompt, observations included: context, never in the
+loss), its response ids (the only tokens a loss may touch), the reward, the anchor state
+(GiGPO's step grouping) and the action text. Replayed prefix turns have no record: they were not
+generated.
+
+Sampling seeds are a function of (``seed``, turn), so the same starts, model and seed give the
+same episodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from components.algos.gigpo import Episode
+from components.engine.base import RolloutEngine, Request, SamplingParams
+from components.envs.base import EnvError
+
+__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes"]
+
+
+@dataclass(frozen=True)
+class Start:
+    seed: int                     # map seed
+    prefix: tuple[str, ...] = ()  # replayed actions (context, not generated)
+    group: str = ""               # episode-group id (GiGPO groups episodes by their start)
+    n: int = 1                    # episodes from this start
+    meta: tuple = ()              # method bookkeeping, e.g. (("alpha", 0.4),)
+
+    def group_id(self) -> str:
+        return self.group or f"{self.seed}@{len(self.prefix)}"
+
+
+@dataclass
+class TurnRecord:
+    context_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    text: str
+    reward: float
+    anchor: str
+    valid: bool
+    finish_reason: str
+
+
+@dataclass
+class EpisodeRun:
+    start: Start
+    turns: list[TurnRecord] = field(default_factory=list)
+    won: bool = False
+    done: bool = False
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """Every action from reset: the replayed prefix, then the generated replies."""
+        return tuple(self.start.prefix) + tuple(t.text for t in self.turns)
+
+    @property
+    def length(self) -> int:
+        return len(self.start.prefix) + len(self.turns)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(t.response_ids) for t in self.turns)
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+
+def _encode(tokenizer, text: str) -> tuple[int, ...]:
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def rollout_episodes(engine: RolloutEngine, make_env: Callable, starts: Sequence[Start],
+                     sampling: SamplingParams, purpose: str = "train_rollout",
+                     encode: Callable[[str], tuple[int, ...]] | None = None,
+                     max_prompt_len: int | None = None) -> list[EpisodeRun]:
+    """Play every start's ``n`` episodes to the end; runs in start order, ``n`` per start.
+    A prompt longer than ``max_prompt_len`` tokens raises (never silently truncated)."""
+    tok = engine.tokenizer
+    encode = encode or (lambda text: _encode(tok, text))
+    runs, envs = [], []
+    for s in starts:
+        for _ in range(s.n):
+            env = make_env()
+            env.reset(s.seed)
+            for i, a in enumerate(s.prefix):
+                if env.done:
+                    raise EnvError(f"{env.name}: replayed prefix of seed {s.seed} ended at action {i} "
+                                   f"of {len(s.prefix)}")
+                env.step(a)
+            if env.done:
+                raise EnvError(f"{env.name}: replayed prefix of seed {s.seed} ({len(s.prefix)} actions) "
+                               "ends the episode: nothing left to generate")
+            runs.append(EpisodeRun(s))
+            envs.append(env)
+    turn = 0
+    while True:
+        live = [i for i, r in enumerate(runs) if not r.done]
+        if not live:
+            break
+        by_prompt: dict[str, list[int]] = {}
+        for i in live:
+            by_prompt.setdefault(envs[i].prompt(), []).append(i)
+        prompts = list(by_prompt)
+        contexts = [encode(p) for p in prompts]
+        for p, ctx in zip(prompts, contexts):
+            if max_prompt_len is not None and len(ctx) > max_prompt_len:
+                s = runs[by_prompt[p][0]].start
+                raise ValueError(f"rollout: the turn-{turn} prompt of map seed {s.seed} has {len(ctx)} tokens, "
+                                 f"above max_prompt_length {max_prompt_len}")
+        reqs = [Request(ctx, n=len(by_prompt[p]), prompt_len=len(ctx), tag=str(runs[by_prompt[p][0]].start.seed))
+                for p, ctx in zip(prompts, contexts)]
+        seed = None if sampling.seed is None else sampling.seed + 7_919 * turn
+        params = SamplingParams(sampling.temperature, sampling.top_p, sampling.max_new_tokens, seed)
+        with engine.meter.tagged(turn=turn):
+            outs = engine.generate(reqs, params, purpose=purpose)
+        for p, ctx, comps in zip(prompts, contexts, outs):
+            for i, c in zip(by_prompt[p], comps):
+                env, run = envs[i], runs[i]
+                anchor = env.anchor()
+                _, reward, done, info = env.step(c.text)
+                run.turns.append(TurnRecord(ctx, tuple(c.token_ids), c.text, float(reward), anchor,
+                                            bool(info["action_is_valid"]), c.finish_reason))
+                run.done, run.won = bool(done), bool(info["won"])
+        turn += 1
+    return runs
+
+
+def to_gigpo_episodes(runs: Sequence[EpisodeRun]) -> list[Episode]:
+    """GiGPO's input: one episode per run over its generated turns, grouped by start."""
+    return [Episode(r.start.group_id(), [t.anchor for t in r.turns], [t.reward for t in r.turns])
+            for r in runs]

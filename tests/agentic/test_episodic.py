@@ -1,0 +1,182 @@
+"""Multi-turn rollouts, VSR on episodes, GiGPO rows and the episodic trainer (real engine,
+real tiny Qwen2 policy with random weights: mechanics, not skill)."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from tiny import TINY_TEST_POLICY
+
+from components.agentic.config import EpisodeTrainConfig
+from components.agentic.methods import EpisodicVSR, build_episodic, episodic_config
+from components.agentic.policy import build_agent_tokenizer
+from components.agentic.rollout import EpisodeRun, Start, TurnRecord, rollout_episodes
+from components.agentic.trainer import EpisodeTrainer, turn_rows
+from components.engine.base import SamplingParams, TokenMeter
+from components.engine.hf import HFEngine
+from components.envs import replay
+from components.envs.sokoban import SokobanEnv
+from components.policy.model import TinyPolicyConfig, build_policy
+from components.stages.base import NullTracker
+from components.trainer.sequences import build_sequences
+
+
+def make():
+    return SokobanEnv(num_boxes=1, template="compact", max_steps=6)
+
+
+@pytest.fixture(scope="module")
+def atok():
+    return build_agent_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def amodel(atok):
+    return build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), atok, seed=1)
+
+
+def engine(model, tok):
+    return HFEngine(model, tok, meter=TokenMeter())
+
+
+def solved_run(seed: int, prefix_len: int = 0) -> EpisodeRun:
+    """A won episode played by the BFS plan (as if the policy had written it)."""
+    env = make()
+    env.reset(seed)
+    plan = env.optimal_plan()
+    run = EpisodeRun(Start(seed, tuple(plan[:prefix_len]), f"{seed}"))
+    for a in plan[:prefix_len]:
+        env.step(a)
+    for a in plan[prefix_len:]:
+        anchor = env.anchor()
+        _, r, done, info = env.step(a)
+        run.turns.append(TurnRecord((5, 6), (7, 1), a, r, anchor, True, "stop"))
+    run.won, run.done = bool(info["won"]), True
+    return run
+
+
+def test_rollout_is_deterministic_metered_per_turn_and_replays(amodel, atok):
+    starts = [Start(3, (), "3", 3), Start(4, ("up", "left"), "4@2", 2)]
+    e1, e2 = engine(amodel, atok), engine(amodel, atok)
+    a = rollout_episodes(e1, make, starts, SamplingParams(1.0, 1.0, 6, seed=11))
+    b = rollout_episodes(e2, make, starts, SamplingParams(1.0, 1.0, 6, seed=11))
+    assert [r.actions for r in a] == [r.actions for r in b] and len(a) == 5
+    # every generated token is metered, per turn; the n episodes of a group share turn 0's prompt
+    tot = e1.meter.totals("train_rollout")
+    assert tot["generated_tokens"] == sum(r.generated_tokens for r in a)
+    assert tot["sequences"] == sum(len(r.turns) for r in a)
+    turn0 = [row for row in e1.meter.to_rows() if row["turn"] == 0]
+    assert sum(row["requests"] for row in turn0) == 2 and sum(row["sequences"] for row in turn0) == 5
+    for r in a:
+        assert r.done and r.length == min(6, r.length) and r.actions[:len(r.start.prefix)] == r.start.prefix
+        # the recorded context of each generated turn is the prompt of the replayed state
+        for t, turn in enumerate(r.turns):
+            env, _ = replay(make, r.start.seed, r.actions[:len(r.start.prefix) + t])
+            assert atok.decode(turn.context_ids) == env.prompt() and turn.anchor == env.anchor()
+
+
+def test_unparsable_replies_are_invalid_moves_not_errors(amodel, atok):
+    # random weights write mostly garbage: the episode still runs to max_steps with penalties
+    runs = rollout_episodes(engine(amodel, atok), make, [Start(5, (), "5", 2)], SamplingParams(1.0, 1.0, 6, 0))
+    bad = [t for r in runs for t in r.turns if not t.valid]
+    assert bad and all(t.reward == pytest.approx(-0.1) for t in bad)
+
+
+def test_observations_and_replayed_turns_never_reach_the_loss(amodel, atok):
+    runs = rollout_episodes(engine(amodel, atok), make, [Start(4, ("up", "left"), "g", 3)],
+                            SamplingParams(1.0, 1.0, 6, 2))
+    cfg = EpisodeTrainConfig()
+    rows = turn_rows(runs, cfg)
+    assert len(rows) == sum(len(r.turns) for r in runs)     # no row for the 2 replayed turns
+    seqs = build_sequences(rows, atok.pad_token_id)
+    for i, g in enumerate(rows):
+        m = seqs.response_mask[i]
+        n_ctx, n_resp = len(g.context_ids), len(g.responses[0])
+        assert m[:n_ctx].sum() == 0 and m[n_ctx:n_ctx + n_resp].sum() == n_resp and m.sum() == n_resp
+        # the context holds the observation (board rows) and the replayed actions' history
+        assert "#" in atok.decode(g.context_ids) or "_" in atok.decode(g.context_ids)
+
+
+def test_gigpo_rows_match_hand_computation():
+    # two episodes from one start: same first state, returns -0.1+... ; A = A^E + A^S
+    runs = [solved_run(18), solved_run(18)]
+    runs[1].turns[-1].reward -= 1.0          # pretend the second one lost a point at the end
+    rows = turn_rows(runs, EpisodeTrainConfig(gamma=1.0))
+    R = [sum(t.reward for t in r.turns) for r in runs]
+    mean = sum(R) / 2                           # equal lengths: step-row mean = episode mean
+    for i, r in enumerate(runs):
+        for t in range(len(r.turns)):
+            g_i = sum(x.reward for x in r.turns[t:])
+            g_all = [sum(x.reward for x in q.turns[t:]) for q in runs]
+            want = (R[i] - mean) + (g_i - sum(g_all) / 2)   # same anchors at every t (same plan)
+            assert rows[i * len(r.turns) + t].meta["advantages"][0] == pytest.approx(want)
+
+
+def test_vsr_on_episodes_buffer_scores_budget_and_masking(amodel, atok):
+    vsr = build_episodic("vsr", {"n": 2, "rho": 0.5})
+    vsr.setup([18, 8, 9, 10], {"p0": {18: 0.25}})
+    vsr.observe([solved_run(18), solved_run(18)], step=0)         # a fresh group: p0 = 1.0 then
+    assert list(vsr.buffer) == [18] and vsr.p0[18] == 1.0
+    vsr.p0[18] = 0.25
+    L = len(vsr.buffer[18].actions)
+    states = vsr.states()
+    assert [c for _, c, _ in states] == list(range(1, L))
+    for _, cut, w in states:                                     # sigma_hat of the interpolation
+        p = (1 - cut / L) * 0.25 + cut / L
+        assert w == pytest.approx(np.sqrt(p * (1 - p)))
+    starts = vsr.starts([8, 9, 10, 11], step=1, rng=np.random.default_rng(0))
+    replays = [s for s in starts if s.prefix]
+    assert len(starts) == 4 and len(replays) == 2 and [s.seed for s in starts[:2]] == [8, 9]
+    assert all(s.seed == 18 and 0 < len(s.prefix) < L for s in replays)
+    eng = engine(amodel, atok)
+    runs = rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, 3))
+    assert len(runs) == vsr.episodes_per_step(4) == 8
+    rows = turn_rows(runs, EpisodeTrainConfig())
+    assert len(rows) == sum(len(r.turns) for r in runs) < sum(r.length for r in runs)
+    # uniform replay: every state weighs the same; no recency: the buffer stops changing
+    uni = build_episodic("vsr_no_scoring", {})
+    uni.observe([solved_run(18)], 0)
+    assert {w for _, _, w in uni.states()} == {1.0}
+    frozen = build_episodic("vsr_no_recency", {"freeze_after": 1, "window_steps": 2})
+    frozen.observe([solved_run(18)], 0)
+    frozen.observe([solved_run(21)], 5)
+    frozen.starts([1], step=50, rng=np.random.default_rng(0))
+    assert list(frozen.buffer) == [18]
+    # recency window: an episode older than window_steps is evicted
+    vsr.starts([1], step=1 + 40, rng=np.random.default_rng(0))
+    assert not vsr.buffer
+    with pytest.raises(ValueError, match="no episodic form"):
+        episodic_config("sft", {})
+
+
+def test_state_dict_round_trip():
+    vsr = build_episodic("vsr", {})
+    vsr.observe([solved_run(18), solved_run(29)], 3)
+    other = EpisodicVSR(vsr.config)
+    other.load_state_dict(copy.deepcopy(vsr.state_dict()))
+    assert other.states() == vsr.states() and list(other.buffer) == list(vsr.buffer)
+
+
+def test_trainer_resume_continues_identically(amodel, atok, tmp_path):
+    cfg = EpisodeTrainConfig(method="vsr", method_config={"n": 2}, steps=2, batch_seeds=2, ckpt_every=1,
+                             val_seeds=0, lr=1e-3, max_new_tokens=6)
+
+    def fresh():
+        torch.manual_seed(0)
+        return EpisodeTrainer(cfg, copy.deepcopy(amodel), atok, make, NullTracker())
+
+    full = fresh()
+    full.fit([3, 4, 5], [], {}, tmp_path / "a")
+    part = fresh()
+    part.cfg = cfg.model_copy(update={"steps": 1})
+    part.fit([3, 4, 5], [], {}, tmp_path / "b")
+    resumed = fresh()
+    resumed.fit([3, 4, 5], [], {}, tmp_path / "b")
+    strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in h]  # noqa: E731
+    assert strip(resumed.history) == strip(full.history)
+    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q)
+    s = full.summary()
+    assert s["generated_tokens"] == sum(r["tokens/generated"] for r in full.history)

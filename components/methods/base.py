@@ -188,10 +188,14 @@ class Method:
         return [False] * len(groups)
 
     def token_advantages(self, entropy: torch.Tensor, mask: torch.Tensor,
-                         rewards: torch.Tensor) -> torch.Tensor:
+                         rewards: torch.Tensor, rows: torch.Tensor | None = None,
+                         logp: torch.Tensor | None = None) -> torch.Tensor:
         """[n, T] advantages for ``n`` samples of the groups ``token_advantage_groups`` chose,
         from the current policy's detached per-token entropy [n, T], the response mask [n, T]
-        and the samples' rewards [n]. Only for ``per_token_advantages = True``."""
+        and the samples' rewards [n]; ``rows`` are the samples' indices among all samples of
+        the groups last given to ``token_advantage_groups`` (in order) and ``logp`` the current
+        policy's detached log-probs [n, T] (PG-OPD: teacher minus student log-prob per token).
+        Only for ``per_token_advantages = True``."""
         raise NotImplementedError(f"{type(self).__name__} has no per-token advantages")
 
 

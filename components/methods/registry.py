@@ -25,6 +25,7 @@ _METHODS: dict[str, str] = {
     "cero": "components.methods.cero:CERO", "pair": "components.methods.pair:PAIR",
     "vigor_vsr": "components.methods.composed:VIGORVSR", "vip_vsr": "components.methods.composed:VIPVSR",
     "rail": "components.methods.rail:RAIL",
+    "pg_opd": "components.methods.pg_opd:PGOPD",
 }
 
 

@@ -41,7 +41,8 @@ class RLZVP(GRPO):
         return [not g.supervised and len(set(g.rewards)) == 1 for g in groups]
 
     def token_advantages(self, entropy: torch.Tensor, mask: torch.Tensor,
-                         rewards: torch.Tensor) -> torch.Tensor:
+                         rewards: torch.Tensor, rows: torch.Tensor | None = None,
+                         logp: torch.Tensor | None = None) -> torch.Tensor:
         from components.algos.advantages import zvp_token_advantages
 
         return zvp_token_advantages(entropy, mask, rewards > 0, self.config.alpha)

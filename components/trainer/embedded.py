@@ -132,7 +132,7 @@ class EmbeddedTrainer(FitLoop):
                 old = logp.detach() if old_logp is None else old_logp[i:i + len(idx), :T]
                 a = adv[idx][:, None]
                 if per_token[idx].any():
-                    tok_adv = self.method.token_advantages(ent, m, seqs.rewards[idx])
+                    tok_adv = self.method.token_advantages(ent, m, seqs.rewards[idx], rows=idx, logp=logp.detach())
                     a = torch.where(per_token[idx][:, None], tok_adv, a.expand_as(tok_adv))
                 pg, is_clipped, _, _ = pg_token_losses(logp, old, a, c.clip_low, c.clip_high, CLIP_RATIO_C)
                 loss = (pg * w_pg[idx, :T]).sum() + (-logp * w_sup[idx, :T]).sum()

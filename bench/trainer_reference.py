@@ -34,6 +34,9 @@ CASES: dict[str, dict] = {
     "grpo": {"method": "grpo", "method_config": {"n": 4}},
     "grpo_ppo2": {"method": "grpo", "method_config": {"n": 4}, "ppo_epochs": 2, "micro_batch": 5},
     "grpo_kl": {"method": "grpo", "method_config": {"n": 4}, "kl_coef": 0.1},
+    # large steps between the epochs: ratios leave [1 - clip, 1 + clip] and can pass the dual clip
+    "grpo_ppo4_hot": {"method": "grpo", "method_config": {"n": 4}, "ppo_epochs": 4, "lr": 5e-2},
+    "rl_zvp_ppo4_hot": {"method": "rl_zvp", "method_config": {"n": 4}, "ppo_epochs": 4, "lr": 5e-2},
     "grpo_rloo_tokmean": {"method": "grpo", "method_config": {"n": 4}, "adv_estimator": "rloo",
                           "loss_agg_mode": "token-mean", "clip_high": 0.28},
     "vsr": {"method": "vsr", "method_config": {"n": 4, "rho": 0.5}},
@@ -44,6 +47,7 @@ CASES: dict[str, dict] = {
                           "adv_estimator": "drgrpo"},
     "reinforce_ada_seq": {"method": "reinforce_ada_seq", "method_config": {"round_repeat": 4, "max_rounds": 2}},
     "greso": {"method": "greso", "method_config": {"n": 4}},
+    "greso_adaptive": {"method": "greso", "method_config": {"n": 4, "batch_filling": "adaptive"}},
     "dapo": {"method": "dapo", "method_config": {"n": 4}},
     "dapo_mult1": {"method": "dapo", "method_config": {"n": 4, "gen_batch_multiplier": 1.0}},
     "vip": {"method": "vip", "method_config": {"budget_per_prompt": 4}},

@@ -176,7 +176,7 @@ def make_ctx(model, tok, grade, step=0, seed=0, max_new=16):
 
 
 CASES = {
-    "dapo": ({"n": 4, "max_num_gen_batches": 4}, half_reward),
+    "dapo": ({"n": 4, "max_num_gen_batches": 4, "gen_batch_multiplier": 1.0}, half_reward),   # refills
     "pods": ({"n": 8, "m": 4}, parity_reward),
     "reinforce_ada_est": ({"n_mean": 4, "n_min": 2, "n_max": 8}, parity_reward),
     "vigor": ({}, parity_reward),
@@ -284,13 +284,13 @@ def test_vigor_expands_the_highest_variance_prompts(model, tok, problems):
 
 
 def test_dapo_refills_discards_and_shapes(model, tok, problems):
-    m = build("dapo", {"n": 4, "max_num_gen_batches": 3})
+    m = build("dapo", {"n": 4, "max_num_gen_batches": 3, "gen_batch_multiplier": 1.0})
     m.setup(problems, {})
     groups, ctx = run_step(m, model, tok, problems[:4], 0, zero_reward)
     assert groups == [] and m.last_stats["gen_rounds"] == 3
     assert ctx.engine.meter.totals("train_rollout")["generated_tokens"] == 0
     assert ctx.engine.meter.totals("discarded")["sequences"] == 3 * 4 * 4 == ctx.engine.gen_seqs
-    strict = build("dapo", {"n": 4, "max_num_gen_batches": 2, "on_shortfall": "raise"})
+    strict = build("dapo", {"n": 4, "max_num_gen_batches": 2, "on_shortfall": "raise", "gen_batch_multiplier": 1.0})
     strict.setup(problems, {})
     with pytest.raises(RuntimeError):
         run_step(strict, model, tok, problems[:4], 0, zero_reward)

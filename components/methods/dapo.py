@@ -7,8 +7,8 @@ Source: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System 
 Dynamic sampling, as adapted to a trainer that hands the method a fixed batch:
 
 1. generation round 0 rolls out the given batch (``n`` samples per prompt), plus
-   ``ceil(gen_batch_multiplier * B) - B`` extra prompts when the multiplier is > 1
-   (verl generates ``gen_batch_size`` = 3 x train batch prompts per round);
+   ``ceil(gen_batch_multiplier * B) - B`` extra prompts drawn as in step 3 (default 3: the
+   DAPO script's ``gen_batch_size`` = 3 x ``train_batch_size`` prompts per round);
 2. a group is kept when the std of its ``acc`` (the grader's reward, before overlong
    shaping; verl ``metric=acc``) is > 0, or when it has one sample (as verl);
 3. while fewer than ``B`` groups are kept, another round rolls out
@@ -25,9 +25,10 @@ Overlong shaping (verl's version): ``overlong_penalty`` below is added to the re
 the returned groups when ``overlong_buffer_len > 0`` (default 0 = off). ``max_response_len``
 defaults to the trainer's ``max_new_tokens``.
 
-``rollouts_per_step(B)`` is the *minimum* (one round); the number actually generated in
-the last step is ``last_stats["rollouts"]`` (rounds x ceil(mult x B) x n when the problem
-pool does not run out).
+``rollouts_per_step(B)`` is the *minimum* (one round: ``ceil(mult x B)`` prompts, or the
+whole training set when it is smaller); the number actually generated in the last step is
+``last_stats["rollouts"]`` (rounds x ceil(mult x B) x n when the problem pool does not run
+out).
 
 Not in this module (trainer settings a DAPO sweep sets in ``TrainConfig``): clip-higher
 ``clip_low=0.2, clip_high=0.28``; token-level loss ``loss_agg_mode="token-mean"``;
@@ -62,7 +63,7 @@ def overlong_penalty(length: int, max_len: int, buffer_len: int, factor: float =
 class DAPOConfig(MethodConfig):
     n: int = Field(16, ge=1, description="samples per prompt (DAPO script: 16)")
     max_num_gen_batches: int = Field(10, ge=1, description="generation rounds per step at most")
-    gen_batch_multiplier: float = Field(1.0, ge=1.0, description="prompts per round / batch size")
+    gen_batch_multiplier: float = Field(3.0, ge=1.0, description="prompts per round / batch size (script: 3)")
     on_shortfall: Literal["return", "raise"] = "return"
     overlong_buffer_len: int = Field(0, ge=0, description="L_cache; 0 disables overlong shaping")
     max_response_len: int | None = Field(None, ge=1, description="L_max; None = sampling max_new_tokens")
@@ -146,8 +147,12 @@ class DAPO(Stateless):
                 g.meta["overlong_penalty"] = pen
 
     def rollouts_per_step(self, batch_size: int) -> int:
-        """Rollouts of one generation round (the minimum a step generates)."""
-        return math.ceil(self.config.gen_batch_multiplier * batch_size - 1e-9) * self.config.n
+        """Rollouts of one generation round (the minimum a step generates): round 0 takes
+        the batch and tops it up from the training set given to ``setup``, if there is one."""
+        per_round = math.ceil(self.config.gen_batch_multiplier * batch_size - 1e-9)
+        if self.problems:
+            per_round = min(per_round, max(batch_size, len(self.problems)))
+        return per_round * self.config.n
 
     def step_stats(self) -> dict[str, float]:
         return dict(self.last_stats)

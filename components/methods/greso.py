@@ -21,15 +21,30 @@ p_easy -= 0.01 if easy ratio >= target/3 else += 0.01, p_hard likewise with 2*ta
 target_zero_variance = 0.25; both clamped to [0.05, 0.95], initial 0.5. (Values are rounded
 to 1e-9 after each step so that +-0.01 walks do not accumulate float noise.)
 
-Batch filling. The official trainer over-samples and keeps filling DAPO-style. Here the
-budget contract of this project holds instead: a step always rolls out exactly
-``batch_size`` groups of ``n``. A batch prompt that is skipped is replaced by further prompts
-drawn (seeded by the step rng) from the training set given to ``setup``, each subject to the
-same skip rule, examining at most ``ceil(max_draw_factor * batch_size)`` candidates. If the
-batch is still short, the skipped prompts with the lowest skip probability are rolled out
-anyway ("forced"). Post-rollout zero-variance filtering is *not* part of this method (that is
-DAPO's dynamic sampling, a separate method); zero-variance groups reach the trainer and
-contribute no policy gradient.
+Batch filling, ``batch_filling="fixed"`` (default): the budget contract of this project: a
+step always rolls out exactly ``batch_size`` groups of ``n``. A batch prompt that is skipped
+is replaced by further prompts drawn (seeded by the step rng) from the training set given to
+``setup``, each subject to the same skip rule, examining at most
+``ceil(max_draw_factor * batch_size)`` candidates. If the batch is still short, the skipped
+prompts with the lowest skip probability are rolled out anyway ("forced"). No post-rollout
+filtering: zero-variance groups reach the trainer and contribute no policy gradient.
+
+``batch_filling="adaptive"``: the official trainer's filling (``ray_trainer.py``,
+``ttis.type=dynamic_sampling``; METHODS.md section 6). The candidates are the batch, then the
+rest of the training set in a permutation drawn from the step rng, each once, each subject to
+the skip rule. Round 0 rolls out ``S = ceil(sampling_batch_factor * B)`` selected prompts
+(script: sampling_batch_size 384 for real_train_batch_size 256, factor 1.5); groups with
+zero reward variance are dropped and the rest accumulate. While fewer than ``B`` groups are
+kept, the next round's size is :func:`next_sampling_size`:
+``max(min(int(remaining / (1 - zv) / n * beta), S), S_min)`` with ``remaining`` the missing
+trajectories, ``zv`` the last round's zero-variance share, beta = 1.25 and
+``S_min = ceil(min_sampling_factor * B)`` (script: 64 of 256); a round whose estimate is
+at most ``S`` is the last one (the step trains on what it has then), and so is a round that
+uses up the candidates. Kept groups beyond ``B`` and the dropped ones are metered as
+``"discarded"``. Every group rolled out, kept or not, enters the traces and the easy/hard
+ratios (the official code records rewards before filtering). ``rollouts_per_step(B)`` is then
+round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last["rollouts"]``
+is what the step generated.
 
 Epoch index: ``step * batch_size // len(training set)``, matching the trainer's batch order.
 Variants: METHODS.md and the official scripts it cites do not distinguish GRESO-R / GRESO-G,
@@ -39,13 +54,14 @@ so only one GRESO is implemented. Mean rewards are used as given (0/1 rewards as
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.dapo import discard
 from components.methods.difficulty_graph import DifficultyChoice, graph_estimator, graph_skip_probability
 
 
@@ -63,6 +79,10 @@ class GRESOConfig(DifficultyChoice):   # difficulty: graph = skip on the graph e
     adapt_from_epoch: int = Field(1, ge=0, description="adapt p_easy/p_hard once epoch >= this")
     max_draw_factor: float = Field(4.0, ge=0.0, description="replacement candidates examined, x batch size")
     max_trace: int = Field(128, ge=1, description="trace entries kept per prompt (>= 90 is exact for p <= 0.95)")
+    batch_filling: Literal["fixed", "adaptive"] = "fixed"
+    sampling_batch_factor: float = Field(1.5, ge=1.0, description="adaptive: round-0 prompts / batch size")
+    min_sampling_factor: float = Field(0.25, gt=0.0, description="adaptive: smallest round / batch size")
+    beta: float = Field(1.25, gt=0.0, description="adaptive: over-sampling factor of the next round")
 
 
 def _trailing(means: Sequence[float], pred) -> int:
@@ -92,6 +112,22 @@ def skip_probability(trace: Sequence, p_easy: float, p_hard: float, easy_thresho
     return 0.0
 
 
+def next_sampling_size(remaining: int, zero_variance_ratio: float, n: int, default: int,
+                       minimum: int, beta: float = 1.25) -> tuple[int, bool]:
+    """(prompts of the next round, whether it is the last) in the official trainer's
+    arithmetic: ``int(remaining / (1 - zv) / n * beta)`` capped to ``[minimum, default]``;
+    an estimate at most ``default`` makes the round the last one. ``remaining`` counts
+    trajectories. A round of only zero-variance groups (zv = 1) asks for ``default``."""
+    if zero_variance_ratio >= 1.0:
+        return max(default, minimum), False
+    est = int(remaining / (1 - zero_variance_ratio) / n * beta)
+    return max(min(est, default), minimum), est <= default
+
+
+def _trainable(g: Group) -> bool:
+    return g.n == 1 or g.mixed
+
+
 class GRESO(Method):
     name = "greso"
     Config = GRESOConfig
@@ -106,6 +142,7 @@ class GRESO(Method):
         self.pool: list[Problem] = []
         self.last: dict[str, float] = {}
         self.graph = graph_estimator(config)
+        self._rolled: list[Group] | None = None     # adaptive: every group of the step, kept or not
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.pool = list(problems)
@@ -157,10 +194,53 @@ class GRESO(Method):
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         self.step = ctx.step
         self.epoch = (ctx.step * len(batch)) // max(len(self.pool), 1)
+        if self.config.batch_filling == "adaptive":
+            return self._rollout_adaptive(batch, ctx, rng)
         chosen, stats = self.select(batch, rng)
         self.last = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
         items = ctx.prompt_items(chosen)
         return ctx.sample_groups(items, self.config.n)
+
+    def _rollout_adaptive(self, batch: Sequence[Problem], ctx: RolloutContext,
+                          rng: np.random.Generator) -> list[Group]:
+        c, B = self.config, len(batch)
+        default = max(1, math.ceil(c.sampling_batch_factor * B - 1e-9))
+        minimum = max(1, math.ceil(c.min_sampling_factor * B - 1e-9))
+        taken = {p.uid for p in batch}
+        stream = list(batch) + [self.pool[i] for i in rng.permutation(len(self.pool)).tolist()
+                                if self.pool[i].uid not in taken]
+        pos = skipped = rounds = 0
+        size, last = default, False
+        kept: list[Group] = []
+        rolled: list[Group] = []
+        while True:
+            chosen: list[Problem] = []
+            while len(chosen) < size and pos < len(stream):
+                p = stream[pos]
+                pos += 1
+                if rng.random() < self.skip_prob(p.uid):
+                    skipped += 1
+                else:
+                    chosen.append(p)
+            if not chosen:
+                break
+            groups = ctx.sample_groups(ctx.prompt_items(chosen), c.n, seed_offset=rounds)
+            rounds += 1
+            rolled += groups
+            fresh = [g for g in groups if _trainable(g)]
+            kept += fresh
+            if len(kept) >= B or last or pos >= len(stream):
+                break
+            size, last = next_sampling_size((B - len(kept)) * c.n, 1 - len(fresh) / len(groups), c.n,
+                                            default, minimum, c.beta)
+        out = kept[:B]
+        discard(ctx, [g for g in rolled if not _trainable(g)] + kept[B:])
+        self._rolled = rolled
+        self.last = {"skipped": float(skipped), "examined": float(pos), "gen_rounds": float(rounds),
+                     "rollouts": float(sum(g.n for g in rolled)), "kept_groups": float(len(out)),
+                     "discarded_groups": float(len(rolled) - len(out)),
+                     "p_easy": self.p_easy, "p_hard": self.p_hard}
+        return out
 
     def _adapt(self, p: float, ratio: float, target: float) -> float:
         c = self.config
@@ -169,6 +249,8 @@ class GRESO(Method):
 
     def observe(self, groups: list[Group]) -> None:
         c = self.config
+        if self._rolled is not None:              # adaptive filling: the dropped groups count too
+            groups, self._rolled = self._rolled, None
         if self.graph is not None:
             self.graph.observe_groups(groups, self.step)
         easy = hard = total = 0
@@ -187,6 +269,9 @@ class GRESO(Method):
             self.p_hard = self._adapt(self.p_hard, hard / total, 2 * c.target_zero_variance / 3)
 
     def rollouts_per_step(self, batch_size: int) -> int:
+        """Fixed filling: exactly ``B * n``. Adaptive: round 0's ``S * n`` (see the module doc)."""
+        if self.config.batch_filling == "adaptive":
+            return math.ceil(self.config.sampling_batch_factor * batch_size - 1e-9) * self.config.n
         return batch_size * self.config.n
 
     def step_stats(self) -> dict[str, float]:

@@ -89,7 +89,8 @@ def calls(cfg: Sweep, stage: str, up: dict[str, Any]) -> list[dict[str, Any]]:
         prefixes = _by(up["prefixes"], "model", "seed_prefixes")
         return [call(stage, g["key"], cfg.train_params(g["method"], g["seed"]),
                      {"model": _uri(models, g["model"], "pretrain"), "hard": _uri(hard, g["model"], "filter_hard"),
-                      "prefixes": _uri(prefixes, g["model"], "seed_prefixes")}, g)
+                      "prefixes": _uri(prefixes, g["model"], "seed_prefixes"),
+                      **({"teacher": _uri(models, t, "pretrain")} if (t := cfg.teacher_of(g["method"])) else {})}, g)
                 for g in cfg.grid()]
     if stage == "evaluate":
         # every trained model that has a result, and each base model, x the eval targets

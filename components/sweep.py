@@ -212,7 +212,21 @@ class Sweep(_Strict):
             raise FieldError(f"models[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
         return self
 
+    @model_validator(mode="after")
+    def _teachers(self) -> "Sweep":
+        # a distilling method (PG-OPD) names its teacher: one of the sweep's models, whose
+        # pretrain output becomes the train stage's ``teacher`` input
+        for meth, mc in self.method_config.items():
+            t = mc.get("teacher")
+            if t is not None and t not in self.models:
+                raise FieldError(f"method_config.{meth}.teacher", f"{t!r} is not one of the sweep's models")
+        return self
+
     # ---- derived views used by the DAG factory ----
+    def teacher_of(self, method: str) -> str | None:
+        """The model whose pretrain output is ``method``'s teacher (``method_config.<m>.teacher``)."""
+        return self.method_config.get(method, {}).get("teacher")
+
 
     def pretrain_params(self, model: str) -> dict[str, Any]:
         """stages.pretrain + model_specs[model]; an unnamed model (path / HF id) is

@@ -190,7 +190,8 @@ def build_dag(cfg: Sweep, source: Path):
             get_current_context()["rlvr_key"] = cell["key"]  # readable map index in the UI
             m = cell["model"]
             res = _stage("train", _cfg(sweep).train_params(cell["method"], cell["seed"]),
-                         {"model": models[m]["uri"], "hard": hard[m]["uri"], "prefixes": prefixes[m]["uri"]},
+                         {"model": models[m]["uri"], "hard": hard[m]["uri"], "prefixes": prefixes[m]["uri"],
+                          **({"teacher": models[t]["uri"]} if (t := _cfg(sweep).teacher_of(cell["method"])) else {})},
                          name, parent, cell)
             return {**res, **cell}
 
@@ -301,7 +302,9 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
         c, hard = _cfg(sweep), by_model(hard)
         return [pod("train", c.train_params(g["method"], g["seed"]),
                     {"model": models[g["model"]]["uri"], "hard": hard[g["model"]]["uri"],
-                     "prefixes": prefixes[g["model"]]["uri"]}, parent, g["key"], g) for g in c.grid()]
+                     "prefixes": prefixes[g["model"]]["uri"],
+                     **({"teacher": models[t]["uri"]} if (t := c.teacher_of(g["method"])) else {})},
+                    parent, g["key"], g) for g in c.grid()]
 
     @task(task_id="eval_plan")
     def eval_args(parent: str, sweep: dict, trains: list, models: dict, hard: list) -> list[dict]:

@@ -166,3 +166,41 @@ def test_verl_distillation_settings_exist_in_verl_config():
             node = node[part]
         assert not isinstance(node, dict), key
     assert cfg["distillation"]["distillation_loss"]["loss_mode"] == "k3"     # we override to k1
+
+
+# ---------------------------------------------------------------------------- the sweep names the teacher
+def _sweep(teacher):
+    from components.sweep import parse_sweep
+
+    return parse_sweep({"name": "opd", "executor": "local", "seeds": [0], "models": ["tiny", "tiny_long"],
+                        "model_specs": {"tiny": {}, "tiny_long": {"steps": 600}}, "methods": ["grpo", "pg_opd"],
+                        "method_config": {"pg_opd": {"teacher": teacher}}}, "opd.yaml")
+
+
+def test_sweep_teacher_becomes_the_train_stage_input():
+    from components.stage_graph import calls
+
+    cfg = _sweep("tiny_long")
+    up = {"models": [{"model": m, "uri": f"file:///pre/{m}"} for m in cfg.models],
+          "hard": [{"model": m, "uri": f"file:///hard/{m}"} for m in cfg.models],
+          "prefixes": [{"model": m, "uri": f"file:///pfx/{m}"} for m in cfg.models]}
+    by_key = {c["cell"]: c["inputs"] for c in calls(cfg, "train", up)}
+    assert by_key["tiny-pg_opd-s0"]["teacher"] == "file:///pre/tiny_long"
+    assert by_key["tiny-pg_opd-s0"]["model"] == "file:///pre/tiny"
+    assert "teacher" not in by_key["tiny-grpo-s0"]
+
+
+def test_sweep_teacher_must_be_a_sweep_model():
+    from components.sweep import SweepError
+
+    with pytest.raises(SweepError, match="method_config.pg_opd.teacher"):
+        _sweep("huge")
+
+
+def test_train_stage_declares_an_optional_teacher_input():
+    import fnmatch
+
+    from components.stages import train
+
+    assert all(any(fnmatch.fnmatch(n, p) for p in train.INPUTS) for n in ("model", "hard", "prefixes", "teacher"))
+    assert "teacher" not in train.INPUTS      # optional: a glob, not a required name

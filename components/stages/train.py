@@ -1,7 +1,8 @@
 """train: one training run (one method, one seed) with the embedded trainer.
 
 Inputs: ``model`` (the base policy), ``hard`` (training prompts + held-out set for
-validation), ``prefixes`` (expert traces: VSR's cold-start seeds and the SFT set).
+validation), ``prefixes`` (expert traces: VSR's cold-start seeds and the SFT set), ``teacher``
+(optional: the teacher model of a distilling method, PG-OPD, named by the sweep).
 Checkpoints live in the stage's work dir, so a killed or retried task resumes from its
 last checkpoint. ``backend: verl`` runs the same params on verl (Ray, GPU workers, vLLM
 rollouts; ``components/trainer/verl``), imported only then.
@@ -17,7 +18,7 @@ from components.trainer.train_config import TrainConfig, train_config_of
 
 NAME = "train"
 VERSION = 2
-INPUTS = ("model", "hard", "prefixes")
+INPUTS = ("model", "hard", "prefixes", "teacher*")   # teacher: optional (PG-OPD's teacher model)
 
 
 class Params(TrainConfig):
@@ -57,7 +58,8 @@ def run(params: Params, ctx: StageContext) -> dict:
     grade = grade_fn(params.grading_timeout_s)
     try:
         trainer = EmbeddedTrainer(cfg, model, tok, grade, ctx.tracker)
-        summary = trainer.fit(problems, val, {"expert_traces": traces, "p0": p0}, ctx.work_dir)
+        teacher = {"teacher": ctx.input("teacher")} if "teacher" in ctx.inputs else {}
+        summary = trainer.fit(problems, val, {"expert_traces": traces, "p0": p0, **teacher}, ctx.work_dir)
     finally:
         grade.grader.close()
     trainer.save_outputs(ctx.out_dir)

@@ -13,7 +13,7 @@ from components.data.synthetic import generate_problems
 from components.engine.base import SamplingParams, TokenMeter
 from components.engine.hf import HFEngine
 from components.methods.base import RolloutContext
-from components.methods.pair import design_objective, ht_advantages, pair_design, pair_weights
+from components.methods.pair import audit, design_objective, ht_advantages, pair_design, pair_weights
 from components.methods.registry import build
 
 
@@ -68,7 +68,7 @@ def test_ht_advantages_hand_computed():
     assert ht_advantages([1], [0.3], 4) == [0.0]
 
 
-def _frozen_population(rng, G=6, K=8, D=3):
+def frozen_population(rng, G=6, K=8, D=3):
     """Fixed rewards, per-candidate score-function vectors, predictions that track the rewards
     and costs that are larger for wrong candidates: the design then favours correct ones."""
     r = (rng.random((G, K)) < 0.4).astype(float)
@@ -76,7 +76,8 @@ def _frozen_population(rng, G=6, K=8, D=3):
     grads = rng.normal(size=(G, K, D))
     q = np.clip(0.25 + 0.5 * r + rng.normal(0, 0.05, (G, K)), 0.02, 0.98)
     cost = np.where(r > 0, 20.0, 60.0)
-    return r, grads, q, cost
+    pi = pair_design(pair_weights(q), cost, np.zeros((G, K), dtype=bool), 0.4 * cost.sum(), pi_min=0.1)
+    return r, grads, pi
 
 
 def test_design_unbiasedness_audit():
@@ -84,32 +85,26 @@ def test_design_unbiasedness_audit():
     the complete-pair gradient target within Monte-Carlo error; the unweighted adaptive one
     (RLOO over the completed candidates only) does not."""
     rng = np.random.default_rng(7)
-    r, grads, q, cost = _frozen_population(rng)
-    G, K, D = grads.shape
-    fixed = np.zeros((G, K), dtype=bool)
-    pi = pair_design(pair_weights(q), cost, fixed, 0.4 * cost.sum(), pi_min=0.1)
+    r, grads, pi = frozen_population(rng)
     assert pi.min() < 0.5 and (pi[r > 0].mean() > pi[r == 0].mean())   # adaptive: it does select
-    full = np.array([np.asarray(ht_advantages(r[g], np.ones(K), K)) @ grads[g] for g in range(G)]) / K
-    R = 20_000
-    ht, unw = np.zeros((R, G, D)), np.zeros((R, G, D))
-    for g in range(G):                       # all R designs of a group at once
-        inc = (rng.random((R, K)) < pi[g]).astype(float)
-        W = (r[g][:, None] - r[g][None, :]) / np.outer(pi[g], pi[g]) / (K - 1)
-        ht[:, g] = (inc * (inc @ W.T)) @ grads[g] / K          # = ht_advantages on each completed set
-        n = inc.sum(1, keepdims=True)
-        loo = r[g] - ((inc @ r[g])[:, None] - r[g]) / np.maximum(n - 1, 1)
-        unw[:, g] = np.where(n > 1, (inc * loo) @ grads[g] / np.maximum(n, 1), 0.0)
-    t = 3                                    # the vectorised form is ht_advantages exactly
-    s = np.flatnonzero(rng.random(K) < pi[t])
-    inc = np.zeros(K)
-    inc[s] = 1
-    W = (r[t][:, None] - r[t][None, :]) / np.outer(pi[t], pi[t]) / (K - 1)
-    assert np.allclose((inc * (W @ inc))[s], ht_advantages(r[t, s], pi[t, s], K))
-    se_ht = ht.std(0) / np.sqrt(R)
-    z_ht = np.abs(ht.mean(0) - full) / se_ht
-    z_unw = np.abs(unw.mean(0) - full) / (unw.std(0) / np.sqrt(R))
+    a = audit(r, grads, pi, 20_000, rng)
+    z_ht = np.abs(a["ht_mean"] - a["target"]) / a["ht_se"]
+    z_unw = np.abs(a["unweighted_mean"] - a["target"]) / a["unweighted_se"]
     assert z_ht.max() < 4.5, z_ht.max()                       # 18 coordinates, |z| of an unbiased mean
     assert np.median(z_unw) > 10, np.median(z_unw)
+
+
+def test_audit_estimator_is_ht_advantages():
+    """The audit's vectorised estimator is ht_advantages on the completed set, draw by draw."""
+    rng = np.random.default_rng(3)
+    r, grads, pi = frozen_population(rng, G=1)
+    for _ in range(20):
+        seed = int(rng.integers(1 << 30))
+        a = audit(r, grads, pi, 1, np.random.default_rng(seed))
+        inc = np.random.default_rng(seed).random((1, 8)) < pi[0]
+        s = np.flatnonzero(inc[0])
+        expected = np.asarray(ht_advantages(r[0, s], pi[0, s], 8)) @ grads[0, s] / 8 if len(s) else np.zeros(3)
+        assert np.allclose(a["ht_mean"][0], expected)
 
 
 # ---------------------------------------------------------------- on the tiny policy

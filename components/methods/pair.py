@@ -51,7 +51,6 @@ from pydantic import Field
 from components.data.schema import Problem
 from components.engine.base import Request, SamplingParams
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
-from components.methods.dapo import discard
 from components.methods.posterior import BetaCounts
 
 
@@ -118,6 +117,28 @@ def ht_advantages(rewards: Sequence[float], pi: Sequence[float], K: int) -> list
     w = 1.0 / (p[:, None] * p[None, :])
     d = (r[:, None] - r[None, :]) * w
     return (d.sum(1) / (K - 1)).tolist()
+
+
+def audit(rewards: np.ndarray, grads: np.ndarray, pi: np.ndarray, draws: int,
+          rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The abstract's frozen-population audit. ``rewards`` [G, K] and score-function vectors
+    ``grads`` [G, K, D] are fixed; each of ``draws`` designs continues candidate i with
+    probability ``pi`` [G, K]. Returns the complete-pair target (1/K) sum_i A_i g_i per group and,
+    over the draws, the mean and standard error of the HT estimator (:func:`ht_advantages` on the
+    completed set) and of the unweighted adaptive one (RLOO over the completed set), [G, D] each."""
+    G, K, D = grads.shape
+    target = np.stack([np.asarray(ht_advantages(rewards[g], np.ones(K), K)) @ grads[g] / K for g in range(G)])
+    ht, unw = np.zeros((draws, G, D)), np.zeros((draws, G, D))
+    for g in range(G):                        # all draws of a group at once
+        inc = (rng.random((draws, K)) < pi[g]).astype(float)
+        W = (rewards[g][:, None] - rewards[g][None, :]) / np.outer(pi[g], pi[g]) / (K - 1)
+        ht[:, g] = (inc * (inc @ W.T)) @ grads[g] / K
+        n = inc.sum(1, keepdims=True)
+        loo = rewards[g] - ((inc @ rewards[g])[:, None] - rewards[g]) / np.maximum(n - 1, 1)
+        unw[:, g] = np.where(n > 1, (inc * loo) @ grads[g] / np.maximum(n, 1), 0.0)
+    se = lambda x: x.std(0) / math.sqrt(draws)
+    return {"target": target, "ht_mean": ht.mean(0), "ht_se": se(ht), "unweighted_mean": unw.mean(0),
+            "unweighted_se": se(unw)}
 
 
 def prefix_features(prefix_ids: Sequence[int], prompt_mean: float, dim: int) -> np.ndarray:
@@ -193,11 +214,10 @@ class PAIR(Method):
                                                             None if seed is None else seed + 7))
             ctx.engine.meter.record("train_rollout", 0, 0, -len(todo), requests=0)
             suffix = {gi: o[0] for gi, o in zip(todo, outs)}
-        # discard the prefixes that stop here
-        dropped = [Group(uid="", problem_uid="", answer="", context_ids=(0,), prompt_len=1,
-                         responses=[pre[g][i].token_ids for g in range(G) for i in range(K) if not done[g, i]],
-                         texts=[], rewards=[])]
-        discard(ctx, dropped if dropped[0].responses else [])
+        # the prefixes that stop here are discarded rollouts
+        stopped = [len(pre[g][i].token_ids) for g in range(G) for i in range(K) if not done[g, i]]
+        if stopped:
+            ctx.engine.meter.reclassify("discarded", sum(stopped), len(stopped))
         texts, golds, rows = [], [], []
         for g in range(G):
             for i in range(K):

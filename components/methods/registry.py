@@ -25,7 +25,10 @@ _METHODS: dict[str, str] = {
     "cero": "components.methods.cero:CERO", "pair": "components.methods.pair:PAIR",
     "vigor_vsr": "components.methods.composed:VIGORVSR", "vip_vsr": "components.methods.composed:VIPVSR",
     "rail": "components.methods.rail:RAIL",
-    "pg_opd": "components.methods.pg_opd:PGOPD",
+    "pg_opd": "components.methods.pg_opd:PGOPD", "opd": "components.methods.pg_opd:OPD",
+    "vip_graph": "components.methods.graph_presets:VIPGraph",
+    "vigor_graph": "components.methods.graph_presets:VIGORGraph",
+    "greso_graph": "components.methods.graph_presets:GRESOGraph",
 }
 
 

@@ -40,10 +40,14 @@ class InstantEngine:
         self.done = Completion(ids, tokenizer.decode(list(ids)), "stop")
 
     def generate(self, requests, params, purpose="train_rollout"):
+        done = self.done
+        if len(done.token_ids) > params.max_new_tokens:     # a prefix (PAIR): cut at the limit
+            ids = done.token_ids[: params.max_new_tokens]
+            done = Completion(ids, self.tokenizer.decode(list(ids)), "length")
         self.meter.record(purpose, sum(len(r.context_ids) for r in requests),
-                          sum(r.n for r in requests) * len(self.done.token_ids), sum(r.n for r in requests),
+                          sum(r.n for r in requests) * len(done.token_ids), sum(r.n for r in requests),
                           len(requests))
-        return [[self.done] * r.n for r in requests]
+        return [[done] * r.n for r in requests]
 
 
 def coin_reward(texts, golds, _rng=np.random.default_rng(0)):
@@ -55,6 +59,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gen-slice", type=int, default=32, help="prompts whose generation is timed and scaled")
+    ap.add_argument("--methods", nargs="*", default=None, help="only these methods (default: every registered one)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     tok = build_tokenizer()
@@ -70,12 +75,14 @@ def main() -> None:
     gen_per_seq = (time.perf_counter() - t0) / (8 * args.gen_slice)
 
     print(f"{'method':20s} {'overhead ms':>12s} {'sequences':>10s} {'generation s (est.)':>20s} {'ratio':>8s}")
-    for name in available():
+    for name in args.methods or available():
         times, seqs = [], 0
         for rep in range(args.repeats):
             m = build(name, {})
             eng = InstantEngine(tok)
-            m.setup(probs, {"tokenizer": tok, "expert_traces": traces, "p0": {p.uid: 0.02 for p in probs}})
+            eng.model = model        # PG-OPD reads the student's logits for its top-k overlap probe
+            m.setup(probs, {"tokenizer": tok, "expert_traces": traces, "p0": {p.uid: 0.02 for p in probs},
+                            "teacher": model})   # PG-OPD's teacher: the same tiny policy (timing only)
             batch = getattr(m, "training_problems", lambda ps: ps)(probs)[: args.prompts]
             ctx = RolloutContext(engine=eng, grade=coin_reward,
                                  encode_prompt=lambda p: tuple(tok.encode(p.prompt, add_special_tokens=False)),

@@ -95,9 +95,19 @@ def opd_token_advantages(teacher_logp, student_logp, mask):
 
 
 def token_logprobs(model, sequences: Sequence[Sequence[int]], starts: Sequence[int], pad_id: int,
-                   with_logits_window: tuple[int, int] | None = None):
+                   with_logits_window: tuple[int, int] | None = None, chunk: int = 64):
     """Per sequence: log-prob of each token from ``start`` on given its past (list of lists);
-    and, with ``with_logits_window`` (a, b), the logits predicting tokens start+a .. start+b-1."""
+    and, with ``with_logits_window`` (a, b), the logits predicting tokens start+a .. start+b-1.
+    Forward passes of ``chunk`` sequences at a time."""
+    out, win = [], []
+    for i in range(0, len(sequences), chunk):
+        o, w = _token_logprobs(model, sequences[i:i + chunk], starts[i:i + chunk], pad_id, with_logits_window)
+        out += o
+        win += w
+    return out, win
+
+
+def _token_logprobs(model, sequences, starts, pad_id, with_logits_window):
     import torch
 
     T = max(len(s) for s in sequences)

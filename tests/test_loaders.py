@@ -13,9 +13,8 @@ import pytest
 from components.data.benchmarks import (BENCHMARKS, benchmark_root, canonical_gold, load_benchmark,
                                         olympiad_answers, split_math_spans, split_top_level,
                                         strip_math_delims)
-from components.data.loaders import (LoadReport, load_dapo17k, load_math, load_openr1, number_to_answer,
-                                     parse_level, strip_dapo_boilerplate)
-from components.data.schema import DataError, Problem, read_problems, write_problems
+from components.data.loaders import LoadReport, load_dapo17k, load_math, load_openr1, strip_dapo_boilerplate
+from components.data.schema import DataError, Problem, level_number, number_to_answer, read_problems, write_problems
 
 ROOT = benchmark_root()
 MANIFEST = list(csv.DictReader((ROOT / "MANIFEST.tsv").open(), delimiter="\t"))
@@ -107,7 +106,7 @@ def test_minerva_answer_is_last_boxed_of_solution():
 def test_minerva_row_without_boxed_is_malformed(tmp_path):
     (tmp_path / "minerva_math").mkdir()
     _jsonl(tmp_path / "minerva_math" / "test.jsonl", [{"idx": 0, "problem": "p", "solution": "no box"}])
-    with pytest.raises(DataError, match=r"test\.jsonl:1: no answer field and no \\boxed"):
+    with pytest.raises(DataError, match=r"test\.jsonl:1: solution: no \\boxed\{\} in it, and the row has no answer field"):
         load_benchmark("minerva_math", root=tmp_path)
 
 
@@ -148,8 +147,8 @@ def test_answer_text_helpers():
     assert split_math_spans("$1$, $2$") == ["1", "2"] and split_math_spans("$1$ where $2$") is None
     assert split_top_level("[2,3), (1,(2,3)), 4") == ["[2,3)", "(1,(2,3))", "4"]
     assert olympiad_answers(["$f(x)=x$, where $x$ is real"], True) == ["$f(x)=x$, where $x$ is real"]
-    assert parse_level("Level 3", "w") == 3 and parse_level(4, "w") == 4
-    assert parse_level("Level ?", "w") is None
+    assert level_number("Level 3") == 3 and level_number(4) == 4
+    assert level_number("Level ?") is None
     assert canonical_gold("1,625") == ("1625", {}) and canonical_gold("1.1\\%") == ("1.1", {"unit": "%"})
     assert canonical_gold("1, 625") == ("1, 625", {}) and canonical_gold("10^{3}") == ("10^{3}", {})
 
@@ -165,7 +164,7 @@ def test_math_and_dapo_on_staged_files():
         assert {p.level for p in m} <= {1, 2, 3, 4, 5} and all(p.traces for p in m)
         return
     path = SHARED / "math_train" / "MATH_train12k_prm800k_style.jsonl"
-    with pytest.raises(DataError, match=r"MATH_train12k_prm800k_style\.jsonl:\d+: field 'answer' is empty"):
+    with pytest.raises(DataError, match=r"MATH_train12k_prm800k_style\.jsonl:\d+: answer: is empty"):
         load_math(path)  # two upstream rows end in "\boxed{}" (train/number_theory/7115, 7117)
     m = load_math(path, on_error="skip")
     assert len(m) == 11998 and m.report.skipped == 2 and m.report.rows == 12000 and m[0].level == 5
@@ -184,7 +183,7 @@ def test_math_level_forms_and_missing_answer(tmp_path):
         {"problem": "a", "solution": "so \\boxed{1}", "answer": "1", "level": "Level 3", "unique_id": "x/1"},
         {"problem": "b", "solution": "\\boxed{2}", "answer": 2, "level": None, "level_raw": "Level 4"},
         {"problem": "c", "solution": "\\boxed{3}", "level": "Level ?", "unique_id": "x/3"}])
-    with pytest.raises(DataError, match=r"^\S+m\.jsonl:3: missing field 'answer'$"):
+    with pytest.raises(DataError, match=r"^\S+m\.jsonl:3: answer: required field is missing$"):
         load_math(f)
     ps = load_math(f, answer_from_solution=True)
     assert [(p.answer, p.level) for p in ps] == [("1", 3), ("2", 4), ("3", None)]
@@ -254,7 +253,7 @@ def test_openr1_directory_and_length_mismatch(tmp_path):
     assert len(load_openr1(tmp_path / "snap")) == 2
     bad = _openr1_rows()[:1]
     bad[0]["finish_reasons"] = ["stop"]
-    with pytest.raises(DataError, match=r"b\.jsonl:1: field 'finish_reasons' has 1 entries for 5 gen"):
+    with pytest.raises(DataError, match=r"b\.jsonl:1: finish_reasons: has 1 entries for 5 gen"):
         load_openr1(_jsonl(tmp_path / "b.jsonl", bad))
     with pytest.raises(DataError, match="no such data file"):
         load_openr1(tmp_path / "missing.parquet")
@@ -262,13 +261,12 @@ def test_openr1_directory_and_length_mismatch(tmp_path):
 
 # ------------------------------------------------------------------ malformed rows
 MALFORMED = [
-    ({"id": 1, "problem": "p"}, "missing field 'answer'"),
-    ({"id": 1, "problem": "p", "answer": None}, "field 'answer' is null"),
-    ({"id": 1, "problem": "p", "answer": ["2"]},
-     "field 'answer' must be a string or an integer or a number, got list"),
-    ({"id": 1, "problem": "p", "answer": True}, "field 'answer' must be .*, got bool"),
-    ({"id": 1, "problem": 3, "answer": "2"}, "field 'problem' must be a string, got int"),
-    ({"id": 1, "problem": "p", "answer": "  "}, "field 'answer' is empty"),
+    ({"id": 1, "problem": "p"}, "answer: required field is missing"),
+    ({"id": 1, "problem": "p", "answer": None}, "answer: is null"),
+    ({"id": 1, "problem": "p", "answer": ["2"]}, "answer: must be a string or a number, got list"),
+    ({"id": 1, "problem": "p", "answer": True}, "answer: must be .*, got bool"),
+    ({"id": 1, "problem": 3, "answer": "2"}, "problem: Input should be a valid string, got int"),
+    ({"id": 1, "problem": "p", "answer": "  "}, "answer: is empty"),
     ({"id": 1, "problem": "p", "answer": float("nan")}, "not a finite number"),
     ('{"id": 1, "problem": "p", "answer": ', r"invalid JSON \(Expecting value\)"),
     ("[1, 2]", "expected a JSON object, got list"),
@@ -310,13 +308,13 @@ def test_duplicate_ids_and_skip_counts(tmp_path):
 def test_wrong_types_in_nested_fields(tmp_path):
     (tmp_path / "olympiadbench").mkdir()
     _jsonl(tmp_path / "olympiadbench" / "test.jsonl", [{"id": 1, "question": "q", "final_answer": [1]}])
-    with pytest.raises(DataError, match=r"test\.jsonl:1: field 'final_answer' must be a non-empty list of str"):
+    with pytest.raises(DataError, match=r"test\.jsonl:1: final_answer: must be a non-empty list of str"):
         load_benchmark("olympiadbench", root=tmp_path)
     f = _jsonl(tmp_path / "d.jsonl", [{"prompt": [{"role": "user", "content": "q"}], "reward_model": {}}])
-    with pytest.raises(DataError, match=r"d\.jsonl:1: reward_model: missing field 'ground_truth'"):
+    with pytest.raises(DataError, match=r"d\.jsonl:1: reward_model\.ground_truth: required field is missing"):
         load_dapo17k(f)
     f = _jsonl(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1", "level": [3]}])
-    with pytest.raises(DataError, match=r"m\.jsonl:1: field 'level' must be an integer or a string"):
+    with pytest.raises(DataError, match=r"m\.jsonl:1: level: must be an integer or a string"):
         load_math(f)
 
 

@@ -29,11 +29,14 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Annotated, Any, Callable, Iterator, Literal
 
-from components.data.loaders import (LoadReport, OnError, Problems, answer_text, collect, get_field,
-                                     iter_rows)
-from components.data.schema import DataError, Problem
+from pydantic import AliasChoices, BeforeValidator, Field, model_validator
+
+from components.data.loaders import LoadReport, OnError, Problems, collect, iter_rows
+from components.data.schema import (AnswerText, DataError, OptionalAnswerText, Problem, Row, answer_text, null_as,
+                                    validate_row)
+from components.error_text import FieldError
 
 __all__ = ["BENCHMARKS", "BenchmarkSpec", "load_benchmark", "benchmark_root", "strip_math_delims",
            "split_math_spans", "split_top_level", "olympiad_answers", "canonical_gold"]
@@ -140,10 +143,9 @@ def canonical_gold(answer: str) -> tuple[str, dict]:
 _ZERO_PADDED = re.compile(r"^0+(\d+)$")
 
 
-# ------------------------------------------------------------------ per-benchmark converters
-def _first(row: dict, keys: tuple[str, ...], where: str, types: Any = str) -> Any:
-    k = next((k for k in keys if row.get(k) is not None), next((k for k in keys if k in row), keys[0]))
-    return get_field(row, k, where, types)
+# ------------------------------------------------------------------ per-benchmark rows and converters
+# The problem text is ``problem`` or ``question`` depending on the copy of a benchmark.
+_PROBLEM = Field(validation_alias=AliasChoices("problem", "question"))
 
 
 def _uid(name: str, row: dict, i: int, keys: tuple[str, ...] = ("id",)) -> str:
@@ -154,83 +156,127 @@ def _uid(name: str, row: dict, i: int, keys: tuple[str, ...] = ("id",)) -> str:
     return f"{name}/{i}"
 
 
+class Math500Row(Row):
+    unique_id: str
+    problem: str
+    answer: AnswerText
+    level: int | None = None
+
+
 def _math500(row: dict, where: str, i: int, name: str) -> Problem:
-    uid = get_field(row, "unique_id", where)
-    level = row.get("level")
-    if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-        raise DataError(f"{where}: field 'level' must be an integer, got {type(level).__name__}")
-    return Problem(uid=uid, prompt=get_field(row, "problem", where), answer=answer_text(row, "answer", where),
-                   source=name, level=level, meta={"subject": row.get("subject") or "", "unique_id": uid})
+    r = validate_row(Math500Row, row, where)
+    return Problem(uid=r.unique_id, prompt=r.problem, answer=r.answer, source=name, level=r.level,
+                   meta={"subject": row.get("subject") or "", "unique_id": r.unique_id})
+
+
+class AnswerRow(Row):
+    problem: str = _PROBLEM
+    answer: AnswerText
 
 
 def _aime(row: dict, where: str, i: int, name: str) -> Problem:
-    raw = answer_text(row, "answer", where)
-    m = _ZERO_PADDED.match(raw)
-    meta = {"answer_raw": raw} if m else {}
-    return Problem(uid=_uid(name, row, i), prompt=_first(row, ("problem", "question"), where),
-                   answer=m.group(1) if m else raw, source=name, meta=meta)
+    r = validate_row(AnswerRow, row, where)
+    m = _ZERO_PADDED.match(r.answer)
+    meta = {"answer_raw": r.answer} if m else {}
+    return Problem(uid=_uid(name, row, i), prompt=r.problem, answer=m.group(1) if m else r.answer, source=name,
+                   meta=meta)
 
 
 def _amc(row: dict, where: str, i: int, name: str) -> Problem:
-    v = _first(row, ("answer",), where, (str, int, float))
-    answer = answer_text(row, "answer", where)
-    meta = {"answer_raw": v} if not isinstance(v, str) or v != answer else {}
-    return Problem(uid=_uid(name, row, i), prompt=_first(row, ("problem", "question"), where),
-                   answer=answer, source=name, meta=meta)
+    r = validate_row(AnswerRow, row, where)
+    raw = row["answer"]
+    meta = {"answer_raw": raw} if not isinstance(raw, str) or raw != r.answer else {}
+    return Problem(uid=_uid(name, row, i), prompt=r.problem, answer=r.answer, source=name, meta=meta)
+
+
+class MinervaRow(Row):
+    problem: str
+    answer: OptionalAnswerText = None
+    solution: str | None = None             # without an answer field: its last \boxed{} is the answer
+
+    @model_validator(mode="after")
+    def _some_answer(self) -> "MinervaRow":
+        if self.answer is None and self.solution is None:
+            raise FieldError("solution", "required field is missing (the row has no answer field)")
+        return self
 
 
 def _minerva(row: dict, where: str, i: int, name: str) -> Problem:
     from components.reward.grader import extract_boxed
 
-    if row.get("answer") is not None:
-        answer = answer_text(row, "answer", where)
-    else:
-        answer = (extract_boxed(get_field(row, "solution", where)) or "").strip()
-        if not answer:
-            raise DataError(f"{where}: no answer field and no \\boxed{{}} in field 'solution'")
-    return Problem(uid=_uid(name, row, i, ("idx", "id")), prompt=get_field(row, "problem", where),
-                   answer=answer, source=name, meta={"type": row.get("type") or ""})
+    r = validate_row(MinervaRow, row, where)
+    answer = r.answer if r.answer is not None else (extract_boxed(r.solution) or "").strip()
+    if not answer:
+        raise DataError(f"{where}: solution: no \\boxed{{}} in it, and the row has no answer field")
+    return Problem(uid=_uid(name, row, i, ("idx", "id")), prompt=r.problem, answer=answer, source=name,
+                   meta={"type": row.get("type") or ""})
+
+
+def _answer_list(v: Any) -> list[str]:
+    v = [v] if isinstance(v, str) else v
+    if not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v):
+        raise ValueError("must be a non-empty list of strings")
+    return v
+
+
+class OlympiadRow(Row):
+    final_answer: Annotated[list[str], BeforeValidator(_answer_list)]
+    is_multiple_answer: Annotated[bool, null_as(False)] = False
+    question: str
+    context: Annotated[str, null_as("")] = ""
 
 
 def _olympiad(row: dict, where: str, i: int, name: str) -> Problem:
-    fa = get_field(row, "final_answer", where, (list, str))
-    fa = [fa] if isinstance(fa, str) else fa
-    if not fa or not all(isinstance(a, str) for a in fa):
-        raise DataError(f"{where}: field 'final_answer' must be a non-empty list of strings")
-    multiple = get_field(row, "is_multiple_answer", where, bool, required=False, default=False)
-    canon = [canonical_gold(a) for a in olympiad_answers(fa, multiple)]
+    r = validate_row(OlympiadRow, row, where)
+    canon = [canonical_gold(a) for a in olympiad_answers(r.final_answer, r.is_multiple_answer)]
     answers = [a for a, _ in canon]
     if not answers:
-        raise DataError(f"{where}: field 'final_answer' is empty")
-    question = get_field(row, "question", where)
-    context = get_field(row, "context", where, required=False, default="")
-    meta = {"answers": answers, "answer_raw": fa, "is_multiple_answer": multiple,
+        raise DataError(f"{where}: final_answer: is empty")
+    meta = {"answers": answers, "answer_raw": r.final_answer, "is_multiple_answer": r.is_multiple_answer,
             "answer_type": row.get("answer_type") or "",
             "unit": "%" if any(extra for _, extra in canon) else row.get("unit"),
             "tolerance": row.get("error"), "subfield": row.get("subfield") or ""}
-    return Problem(uid=_uid(name, row, i), prompt=f"{context}\n{question}" if context else question,
+    return Problem(uid=_uid(name, row, i), prompt=f"{r.context}\n{r.question}" if r.context else r.question,
                    answer=", ".join(answers), source=name, meta=meta)
 
 
 _LEAKED_ANSWER = re.compile(r"\s*\banswers?:\s*(\S.*?)\s*$", re.I | re.S)
 
 
+def _answer_or_blank(v: Any) -> str:
+    return "" if isinstance(v, str) and not v.strip() else answer_text(v)
+
+
+class GaokaoRow(Row):
+    problem: str = Field(validation_alias=AliasChoices("question", "problem"))
+    answer: Annotated[str, BeforeValidator(_answer_or_blank)]
+    answer_from_question: bool = False
+
+    @model_validator(mode="after")
+    def _leaked_answer(self) -> "GaokaoRow":
+        """2 rows have an empty answer and the answer appended to the question ("...point.answers:
+        $x$"): it is moved out of the prompt."""
+        if not self.answer:
+            if not (m := _LEAKED_ANSWER.search(self.problem)):
+                raise FieldError("answer", "is empty")
+            self.answer, self.problem, self.answer_from_question = m.group(1), self.problem[:m.start()], True
+        return self
+
+
 def _gaokao(row: dict, where: str, i: int, name: str) -> Problem:
-    prompt = _first(row, ("question", "problem"), where)
-    raw, meta = row.get("answer"), {"source": row.get("source") or "", "id": row.get("id")}
-    if isinstance(raw, str) and not raw.strip() and (m := _LEAKED_ANSWER.search(prompt)):
-        # 2 rows: empty answer, the answer appended to the question ("...point.answers: $x$")
-        raw, prompt, meta["answer_from_question"] = m.group(1), prompt[:m.start()], True
-    else:
-        raw = answer_text(row, "answer", where)
+    r = validate_row(GaokaoRow, row, where)
+    meta = {"source": row.get("source") or "", "id": row.get("id")}
+    if r.answer_from_question:
+        meta["answer_from_question"] = True
+    raw = r.answer
     text = _TRAILING_JUNK.sub("", raw)                    # "$145$solution:" (1 row)
     if (m := _NUMBER_UNIT.match(text)):                  # "20 $cm^{2}$" (1 row): unit dropped
         text, meta["unit"] = m.group(1), text[m.end(1):].strip()
     spans = split_math_spans(text)
     answer = ", ".join(spans) if spans else strip_math_delims(text)
     if not answer:
-        raise DataError(f"{where}: field 'answer' is empty")
-    return Problem(uid=f"{name}/{i}", prompt=prompt, answer=answer, source=name,
+        raise DataError(f"{where}: answer: is empty")
+    return Problem(uid=f"{name}/{i}", prompt=r.problem, answer=answer, source=name,
                    meta={"answer_raw": raw, **meta})
 
 

@@ -3,25 +3,30 @@
 (MATH train/test), :func:`load_dapo17k` (DAPO-Math-17k); the benchmarks are in
 :mod:`components.data.benchmarks`.
 
-Malformed rows raise :class:`DataError` with a one-line message naming file and line
-(``data/x.jsonl:17: missing field 'answer'``; for parquet the number is the 1-based row).
+Each source format's rows are validated by a pydantic model (``MathRow``, ``DapoRow``,
+``OpenR1Row``; field types in :mod:`components.data.schema`). Malformed rows raise
+:class:`DataError` with a one-line message naming file, line and field
+(``data/x.jsonl:17: answer: required field is missing``; for parquet the number is the
+1-based row).
 With ``on_error="skip"`` they are skipped and counted instead: every loader returns a
 :class:`Problems` list whose ``.report`` (:class:`LoadReport`) holds the counts and messages.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal
 
-from components.data.schema import DataError, Problem, parse_json_line
+from pydantic import AfterValidator, BeforeValidator, model_validator
+
+from components.data.schema import (AnswerText, DataError, LevelNumber, OptionalAnswerText, Problem, Row,
+                                    null_as, parse_json_line, validate_row)
+from components.error_text import FieldError
 
 __all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows", "source_rows",
-           "collect", "get_field", "answer_text", "number_to_answer", "parse_level",
-           "strip_dapo_boilerplate"]
+           "collect", "strip_dapo_boilerplate"]
 
 OnError = Literal["raise", "skip"]
 MAX_KEPT_ERRORS = 100
@@ -118,61 +123,6 @@ def collect(rows: Iterable[tuple[str, Any]], convert: Callable[[dict, str, int],
     return out
 
 
-# ------------------------------------------------------------------ field helpers
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list",
-               dict: "an object", bool: "a boolean"}
-
-
-def get_field(row: dict, key: str, where: str, types: type | tuple = str, *,
-              required: bool = True, default: Any = None) -> Any:
-    """``row[key]`` checked against ``types`` (bool is never accepted as a number)."""
-    if key not in row:
-        if required:
-            raise DataError(f"{where}: missing field '{key}'")
-        return default
-    v = row[key]
-    if v is None:
-        if required:
-            raise DataError(f"{where}: field '{key}' is null")
-        return default
-    types_t = types if isinstance(types, tuple) else (types,)
-    if not isinstance(v, types_t) or (isinstance(v, bool) and bool not in types_t):
-        want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types_t)
-        raise DataError(f"{where}: field '{key}' must be {want}, got {type(v).__name__}")
-    return v
-
-
-def number_to_answer(x: int | float, where: str = "", key: str = "answer") -> str:
-    """``27.0 -> "27"``, ``0.5 -> "0.5"``, ``7 -> "7"``; NaN/inf are malformed."""
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            raise DataError(f"{where}: field '{key}' is not a finite number ({x})")
-        return str(int(x)) if x.is_integer() else repr(x)
-    return str(int(x))
-
-
-def answer_text(row: dict, key: str, where: str) -> str:
-    """A gold answer given as a string or a number, as a non-empty string."""
-    v = get_field(row, key, where, (str, int, float))
-    s = v.strip() if isinstance(v, str) else number_to_answer(v, where, key)
-    if not s:
-        raise DataError(f"{where}: field '{key}' is empty")
-    return s
-
-
-_LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.I)
-
-
-def parse_level(v: Any, where: str, key: str = "level") -> int | None:
-    """``3 -> 3``, ``"Level 3" -> 3``, ``"Level ?"``/None -> None; other types are malformed."""
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise DataError(f"{where}: field '{key}' must be an integer or a string like 'Level 3', "
-                        f"got {type(v).__name__}")
-    return v if isinstance(v, int) else (int(m.group(1)) if (m := _LEVEL.match(v)) else None)
-
-
 def _hash_uid(prefix: str, text: str) -> str:
     return f"{prefix}/h{hashlib.sha1(text.encode('utf-8')).hexdigest()[:16]}"
 
@@ -188,24 +138,35 @@ def load_math(path: str | Path, *, on_error: OnError = "raise", limit: int | Non
     ``path``: a file, a directory of files or a hub dataset name (:func:`source_rows`)."""
     from components.reward.grader import extract_boxed
 
+    model = MathRowAnswerInSolution if answer_from_solution else MathRow
+
     def convert(row: dict, where: str, i: int) -> Problem:
-        prompt = get_field(row, "problem", where)
-        solution = get_field(row, "solution", where, required=False, default="")
-        if answer_from_solution and row.get("answer") is None:
-            if not (answer := (extract_boxed(solution) or "").strip()):
-                raise DataError(f"{where}: missing field 'answer' (and no \\boxed{{}} in 'solution')")
-        else:
-            answer = answer_text(row, "answer", where)
-        level = parse_level(row.get("level"), where)
-        if level is None and row.get("level_raw") is not None:
-            level = parse_level(row["level_raw"], where, "level_raw")
-        uid = get_field(row, "unique_id", where, required=False) or _hash_uid(source, prompt)
-        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, level=level,
-                       traces=(solution,) if extract_boxed(solution) is not None else (),
-                       meta={"subject": get_field(row, "subject", where, required=False, default=""),
-                             "unique_id": uid})
+        r = validate_row(model, row, where)
+        answer = r.answer
+        if answer is None and not (answer := (extract_boxed(r.solution) or "").strip()):
+            raise DataError(f"{where}: answer: required field is missing (and no \\boxed{{}} in 'solution')")
+        uid = r.unique_id or _hash_uid(source, r.problem)
+        return Problem(uid=uid, prompt=r.problem, answer=answer, source=source,
+                       level=r.level if r.level is not None else r.level_raw,
+                       traces=(r.solution,) if extract_boxed(r.solution) is not None else (),
+                       meta={"subject": r.subject, "unique_id": uid})
 
     return collect(source_rows(path), convert, report=LoadReport(str(path)), on_error=on_error, limit=limit)
+
+
+class MathRow(Row):
+    problem: str
+    solution: Annotated[str, null_as("")] = ""
+    answer: AnswerText
+    level: LevelNumber = None
+    level_raw: LevelNumber = None           # some copies keep the original "Level 3" here
+    subject: Annotated[str, null_as("")] = ""
+    unique_id: str | None = None
+
+
+class MathRowAnswerInSolution(MathRow):
+    """The original MATH json: no ``answer``; the solution's last ``\\boxed{}`` is the answer."""
+    answer: OptionalAnswerText = None
 
 
 # ------------------------------------------------------------------ DAPO-Math-17k
@@ -224,6 +185,44 @@ def strip_dapo_boilerplate(text: str) -> str:
     return _DAPO_SUFFIX_ZH.sub("", _DAPO_SUFFIX.sub("", _DAPO_PREFIX.sub("", text))).strip()
 
 
+def _user_text(v: Any) -> str:
+    """The prompt of a DAPO row: a string, or the last user message of a chat list."""
+    if isinstance(v, str):
+        return v
+    if not isinstance(v, list):
+        raise ValueError(f"must be a list of chat messages or a string, got {type(v).__name__}")
+    users = [m for m in v if isinstance(m, dict) and m.get("role") == "user"]
+    if not users or not isinstance(users[-1].get("content"), str):
+        raise ValueError("has no user message with string content")
+    return users[-1]["content"]
+
+
+def _problem_left(text: str) -> str:
+    if not strip_dapo_boilerplate(_FORMFEED_FRAC.sub(r"\\f", text)):
+        raise ValueError("is empty (once the instruction boilerplate is removed)")
+    return text
+
+
+def _index(v: Any) -> int | str | None:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+        raise ValueError(f"must be an integer or a string, got {type(v).__name__}")
+    return v
+
+
+class _RewardModel(Row):
+    ground_truth: AnswerText
+
+
+class _ExtraInfo(Row):
+    index: Annotated[int | str | None, BeforeValidator(_index)] = None
+
+
+class DapoRow(Row):
+    prompt: Annotated[str, BeforeValidator(_user_text), AfterValidator(_problem_left)]
+    reward_model: _RewardModel
+    extra_info: Annotated[_ExtraInfo, null_as({})] = _ExtraInfo()
+
+
 def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | None = None,
                  source: str = "dapo17k", dedupe: bool = True) -> Problems:
     """DAPO-Math-17k in the verl layout: ``prompt`` (chat list; the user message's content,
@@ -234,26 +233,13 @@ def load_dapo17k(path: str | Path, *, on_error: OnError = "raise", limit: int | 
     ``path``: a file, a directory of files or a hub dataset name (:func:`source_rows`)."""
 
     def convert(row: dict, where: str, i: int) -> Problem:
-        msgs = get_field(row, "prompt", where, (list, str))
-        if isinstance(msgs, str):
-            text = msgs
-        else:
-            users = [m for m in msgs if isinstance(m, dict) and m.get("role") == "user"]
-            if not users or not isinstance(users[-1].get("content"), str):
-                raise DataError(f"{where}: field 'prompt' has no user message with string content")
-            text = users[-1]["content"]
-        fixed = _FORMFEED_FRAC.sub(r"\\f", text)
-        if not (prompt := strip_dapo_boilerplate(fixed)):
-            raise DataError(f"{where}: field 'prompt' is empty")
-        rm = get_field(row, "reward_model", where, dict)
-        answer = answer_text(rm, "ground_truth", f"{where}: reward_model")
-        extra = get_field(row, "extra_info", where, dict, required=False, default={})
-        index = extra.get("index")
-        if index is not None and (isinstance(index, bool) or not isinstance(index, (int, str))):
-            raise DataError(f"{where}: field 'extra_info.index' must be an integer or a string")
-        uid = f"{source}/{index}" if index is not None else _hash_uid(source, prompt)
-        meta = {"index": index, "data_source": row.get("data_source", ""), "repaired": fixed != text}
-        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, meta=meta)
+        r = validate_row(DapoRow, row, where)
+        fixed = _FORMFEED_FRAC.sub(r"\\f", r.prompt)
+        index = r.extra_info.index
+        uid = f"{source}/{index}" if index is not None else _hash_uid(source, strip_dapo_boilerplate(fixed))
+        meta = {"index": index, "data_source": row.get("data_source", ""), "repaired": fixed != r.prompt}
+        return Problem(uid=uid, prompt=strip_dapo_boilerplate(fixed), answer=r.reward_model.ground_truth,
+                       source=source, meta=meta)
 
     report = LoadReport(str(path))
     rows = collect(source_rows(path), convert, report=report, on_error=on_error,
@@ -314,6 +300,25 @@ def source_rows(path_or_name: str | Path, config: str | None = None, split: str 
 _openr1_sources = source_rows  # the name before MATH and DAPO read the same kinds of source
 
 
+class OpenR1Row(Row):
+    PER_GENERATION: ClassVar[tuple[str, ...]] = ("correctness_math_verify", "is_reasoning_complete", "finish_reasons")
+    problem: str
+    answer: AnswerText
+    uuid: str | None = None
+    generations: Annotated[list[str], null_as([])] = []
+    correctness_math_verify: list[Any] | None = None
+    is_reasoning_complete: list[Any] | None = None
+    finish_reasons: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_entry_per_generation(self) -> "OpenR1Row":
+        for key in self.PER_GENERATION:
+            v = getattr(self, key)
+            if v and len(v) != len(self.generations):
+                raise FieldError(key, f"has {len(v)} entries for {len(self.generations)} generations")
+        return self
+
+
 def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | None = None, *,
                 split: str = "train", on_error: OnError = "raise", source: str = "openr1",
                 min_traces: int = 0, drop_unverifiable: bool = True) -> Problems:
@@ -329,29 +334,21 @@ def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | 
     question_type, correctness_count, n_generations."""
 
     def convert(row: dict, where: str, i: int) -> Problem | None:
-        prompt = get_field(row, "problem", where)
         raw = row.get("answer")
         if drop_unverifiable and (raw is None or str(raw).strip().lower() in OPENR1_UNVERIFIABLE):
             return None
-        answer = answer_text(row, "answer", where)
-        uid = get_field(row, "uuid", where, required=False) or _hash_uid(source, prompt)
-        gens = get_field(row, "generations", where, list, required=False, default=[])
-        if not all(isinstance(g, str) for g in gens):
-            raise DataError(f"{where}: field 'generations' must be a list of strings")
-        cols = []
-        for key in ("correctness_math_verify", "is_reasoning_complete", "finish_reasons"):
-            v = get_field(row, key, where, list, required=False, default=None) or [None] * len(gens)
-            if len(v) != len(gens):
-                raise DataError(f"{where}: field '{key}' has {len(v)} entries for {len(gens)} generations")
-            cols.append(v)
+        r = validate_row(OpenR1Row, row, where)
+        gens = r.generations
+        cols = [getattr(r, key) or [None] * len(gens) for key in OpenR1Row.PER_GENERATION]
         traces = tuple(g for g, ok, done, fin in zip(gens, *cols)
                        if ok is True and done is True and fin == "stop")
         if len(traces) < min_traces:
             return None
+        uid = r.uuid or _hash_uid(source, r.problem)
         meta = {"uuid": uid, "source": row.get("source") or "", "problem_type": row.get("problem_type") or "",
                 "question_type": row.get("question_type") or "", "n_generations": len(gens),
                 "correctness_count": row.get("correctness_count")}
-        return Problem(uid=uid, prompt=prompt, answer=answer, source=source, traces=traces, meta=meta)
+        return Problem(uid=uid, prompt=r.problem, answer=r.answer, source=source, traces=traces, meta=meta)
 
     return collect(_openr1_sources(path_or_name, config, split), convert,
                    report=LoadReport(str(path_or_name)), on_error=on_error, limit=limit)

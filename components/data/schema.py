@@ -1,14 +1,27 @@
-"""The canonical problem schema shared by every loader (synthetic and real).
+"""The canonical problem schema shared by every loader (synthetic and real), and how a
+dataset row is validated.
 
 One JSON object per line (JSONL). Every loader returns ``Problem`` objects; every
 stage reads and writes them with ``read_problems`` / ``write_problems``.
+
+Rows are validated by pydantic models (``Row``; ``ProblemRow`` here, one per source format
+in ``loaders`` and ``benchmarks``): ``validate_row`` turns the first problem into a one-line
+``DataError`` naming the file, the line and the field (``data.jsonl:17: answer: is empty``).
+The field types that more than one format uses (a gold answer given as a string or a number,
+a MATH-style level, a null that stands for the default) are defined here.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from components.error_text import validation_problem
 
 
 class DataError(ValueError):
@@ -32,21 +45,83 @@ class Problem:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], where: str = "") -> "Problem":
-        for key in ("uid", "prompt", "answer"):
-            if key not in d:
-                raise DataError(f"{where}: missing field '{key}'")
-            if not isinstance(d[key], str):
-                raise DataError(f"{where}: field '{key}' must be a string, got {type(d[key]).__name__}")
-        traces = d.get("traces") or ()
-        if not isinstance(traces, (list, tuple)) or not all(isinstance(t, str) for t in traces):
-            raise DataError(f"{where}: field 'traces' must be a list of strings")
-        if not isinstance(d.get("meta") or {}, dict):
-            raise DataError(f"{where}: field 'meta' must be an object")
-        level = d.get("level")
-        if level is not None and not isinstance(level, int):
-            raise DataError(f"{where}: field 'level' must be an integer or null")
-        return cls(uid=d["uid"], prompt=d["prompt"], answer=d["answer"], source=d.get("source", ""),
-                   level=level, traces=tuple(traces), meta=dict(d.get("meta") or {}))
+        r = validate_row(ProblemRow, d, where)
+        return cls(uid=r.uid, prompt=r.prompt, answer=r.answer, source=r.source, level=r.level,
+                   traces=tuple(r.traces), meta=dict(r.meta))
+
+
+# ------------------------------------------------------------------ rows
+class Row(BaseModel):
+    """A dataset row as a loader reads it: the fields it uses, strictly typed (a number is not
+    a string, a bool is not a number); other columns are ignored."""
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+R = TypeVar("R", bound=Row)
+
+
+def validate_row(model: type[R], row: Any, where: str) -> R:
+    """``row`` as a ``model``, or DataError ``"<where>: <field>: <problem>"`` (one line)."""
+    try:
+        return model.model_validate(row)
+    except ValidationError as e:
+        field_path, problem = validation_problem(e)
+        raise DataError(f"{where}: {field_path}: {problem}") from None
+
+
+def null_as(default: Any) -> BeforeValidator:
+    """A field whose null means its default (``"traces": null`` is no traces)."""
+    return BeforeValidator(lambda v: default if v is None else v)
+
+
+def number_to_answer(x: int | float) -> str:
+    """``27.0 -> "27"``, ``0.5 -> "0.5"``, ``7 -> "7"``; NaN/inf are malformed."""
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError(f"is not a finite number ({x})")
+        return str(int(x)) if x.is_integer() else repr(x)
+    return str(int(x))
+
+
+def answer_text(v: Any) -> str:
+    """A gold answer given as a string or a number, as a non-empty string."""
+    if v is None:
+        raise ValueError("is null")
+    if isinstance(v, str):
+        if not v.strip():
+            raise ValueError("is empty")
+        return v.strip()
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a string or a number, got {type(v).__name__}")
+    return number_to_answer(v)
+
+
+_LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.I)
+
+
+def level_number(v: Any) -> int | None:
+    """``3 -> 3``, ``"Level 3" -> 3``, ``"Level ?"``/None -> None; other types are malformed."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"must be an integer or a string like 'Level 3', got {type(v).__name__}")
+    return v if isinstance(v, int) else (int(m.group(1)) if (m := _LEVEL.match(v)) else None)
+
+
+AnswerText = Annotated[str, BeforeValidator(answer_text)]
+OptionalAnswerText = Annotated[str | None, BeforeValidator(lambda v: None if v is None else answer_text(v))]
+LevelNumber = Annotated[int | None, BeforeValidator(level_number)]
+
+
+class ProblemRow(Row):
+    """A row of a canonical problems file (``write_problems``)."""
+    uid: str
+    prompt: str
+    answer: str
+    source: str = ""
+    level: int | None = None
+    traces: Annotated[list[str], null_as([])] = []
+    meta: Annotated[dict[str, Any], null_as({})] = {}
 
 
 def parse_json_line(raw: bytes, where: str) -> Any:

@@ -180,6 +180,12 @@ class TextEnv:
                 "step": self.steps, "anchor": self._state_text()}
         return StepResult(self.prompt(), float(reward), self._done, info)
 
+    def state_text(self) -> str:
+        """The current state as the prompt template shows it (compact or full)."""
+        if self._seed is None:
+            raise EnvError(f"{self.name}: state_text() before reset()")
+        return self._compact_state() if self.template == "compact" else self._state_text()
+
     def anchor(self) -> str:
         if self._seed is None:
             raise EnvError(f"{self.name}: anchor() before reset()")

@@ -65,6 +65,17 @@ VSR_TOKENS: list[dict[str, Any]] = [
         ("Qwen/Qwen2.5-3B-Instruct", 100, (("vsr_gigpo", 34.43e6), ("gigpo", 36.26e6))))
     for method, tokens in pairs]
 
+# BabyAI, Qwen2.5-1.5B-Instruct, three independent training runs each (Appendix D.5 of seed 000,
+# the scoring ablation): VSR(+GiGPO) and uniform replay (VSR w/o scoring, +GiGPO). Success rate in %.
+VSR_BABYAI_RUNS = {"vsr_gigpo": (47.6, 50.8, 46.1), "uniform_gigpo": (46.1, 39.1, 46.9)}
+VSR_BABYAI: list[dict[str, Any]] = [
+    {"paper": "VSR", "source": f"seeds/{VSR_SEED}: Appendix D.5, Qwen2.5-1.5B BabyAI three runs",
+     "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": method, "benchmark": "babyai",
+     "metric": f"success (run {i + 1})", "value": v, "note": "independent training run; 128 map seeds per level"}
+    for method, runs in VSR_BABYAI_RUNS.items() for i, v in enumerate(runs)]
+# our method names on episodes (components/agentic/methods.py) -> the paper's agentic names
+AGENTIC_METHODS = {"grpo": "gigpo", "vsr": "vsr_gigpo", "vsr_no_scoring": "uniform_gigpo"}
+
 # ------------------------------------------------------------------ VIGOR (seed 002)
 VIGOR_SEED = "002_8e07868770102ea3.txt"
 # the column order of VIGOR Table 1: Math500 AIME24 AMC Gaokao Miner. Olymp. Avg.
@@ -231,3 +242,48 @@ def write_all(df: pd.DataFrame, out_dir: str | Path, stem: str = "paper_vs_measu
     to_csv(df, out / f"{stem}.csv")
     (out / f"{stem}.tex").write_text(to_latex(df, caption=title))
     return {"md": out / f"{stem}.md", "csv": out / f"{stem}.csv", "tex": out / f"{stem}.tex"}
+
+
+# ------------------------------------------------------------------ agentic: paper beside measured
+def agentic_side_by_side(results: Sequence[dict[str, Any]], tokens: pd.DataFrame | None) -> pd.DataFrame:
+    """The seed's agentic numbers beside this sweep's: generated tokens at matched updates (the
+    VSR+GiGPO / GiGPO ratio and tokens per update) and success rates (the paper's BabyAI runs;
+    measured on whatever environment the sweep ran, named in ``measured_setting``). Rows:
+    ``quantity, method, paper_setting, paper_value, measured_setting, measured_value``. Not a
+    delta: the settings differ (model size, environment), which the columns say."""
+    rows = []
+    tok = {} if tokens is None or tokens.empty else {AGENTIC_METHODS.get(r["method"], r["method"]): r
+                                                     for r in tokens.to_dict("records")}
+    upd = int(next(iter(tok.values()))["updates"]) if tok else None
+    env = next((f"{r['env']['env']} {r['env']['config']}" for r in results if isinstance(r.get("env"), dict)), "?")
+    where = f"embedded tiny policy, {env}"
+    for model, size in (("Qwen/Qwen2.5-1.5B-Instruct", "1.5B"), ("Qwen/Qwen2.5-3B-Instruct", "3B")):
+        paper = {r["method"]: r for r in VSR_TOKENS if r["model"] == model}
+        setting = f"{size}, {paper['gigpo']['updates']} updates"
+        ratio = tok["vsr_gigpo"]["generated_tokens"] / tok["gigpo"]["generated_tokens"] \
+            if {"vsr_gigpo", "gigpo"} <= set(tok) else float("nan")
+        rows.append({"quantity": "generated tokens VSR+GiGPO as % of GiGPO", "method": "vsr_gigpo",
+                     "paper_setting": setting, "paper_value": 100.0 * paper["vsr_gigpo"]["value"] / paper["gigpo"]["value"],
+                              "measured_setting": f"{where}, {upd} updates", "measured_value": 100.0 * ratio})
+        for m in ("gigpo", "vsr_gigpo"):
+            rows.append({"quantity": "generated tokens per update (thousands)", "method": m, "paper_setting": setting,
+                         "paper_value": paper[m]["value"] / paper[m]["updates"] / 1e3,
+                         "measured_setting": f"{where}, {upd} updates",
+                         "measured_value": float(tok[m]["generated_per_update"]) / 1e3 if m in tok else float("nan")})
+    success: dict[str, list[float]] = {}
+    for r in results:
+        if r.get("task") == "agentic" and r.get("method") in AGENTIC_METHODS:
+            success.setdefault(AGENTIC_METHODS[r["method"]], []).append(100.0 * float(r["mean_at_k"]))
+    for m, runs in VSR_BABYAI_RUNS.items():
+        got = success.get(m, [])
+        rows.append({"quantity": "success % (mean of runs)", "method": m,
+                     "paper_setting": f"BabyAI, 1.5B, runs {'/'.join(f'{v:.1f}' for v in runs)}",
+                     "paper_value": sum(runs) / len(runs),
+                     "measured_setting": f"{where}, runs {'/'.join(f'{v:.1f}' for v in got) or 'none'}",
+                     "measured_value": sum(got) / len(got) if got else float("nan")})
+    if "gigpo" in success:
+        got = success["gigpo"]
+        rows.append({"quantity": "success % (mean of runs)", "method": "gigpo", "paper_setting": "not in the seed text",
+                     "paper_value": float("nan"), "measured_setting": f"{where}, runs {'/'.join(f'{v:.1f}' for v in got)}",
+                     "measured_value": sum(got) / len(got)})
+    return pd.DataFrame(rows)

@@ -144,3 +144,30 @@ def test_measured_from_results_and_writers(tmp_path):
     assert pd.read_csv(files["csv"]).shape == df.shape
     tex = files["tex"].read_text()
     assert "\\begin{tabular}" in tex and "static\\_prefix" in tex and "\\toprule" in tex
+
+
+def test_vsr_babyai_runs_match_seed():
+    text = seed_text(P.VSR_SEED)
+    m = re.search(r"the three uniform-replay runs are (\d+\.\d), (\d+\.\d), and (\d+\.\d) .*?"
+                  r"the three VSR runs are (\d+\.\d), (\d+\.\d), and (\d+\.\d)", text)
+    assert m, "BabyAI three-run sentence not found"
+    assert P.VSR_BABYAI_RUNS["uniform_gigpo"] == tuple(float(m.group(i)) for i in (1, 2, 3))
+    assert P.VSR_BABYAI_RUNS["vsr_gigpo"] == tuple(float(m.group(i)) for i in (4, 5, 6))
+    assert "mean 44.0" in text and "mean 48.2" in text      # the seed's own means, to its rounding
+    assert {(r["method"], r["metric"]) for r in P.VSR_BABYAI} >= {("vsr_gigpo", "success (run 3)")}
+
+
+def test_agentic_side_by_side_arithmetic():
+    tokens = pd.DataFrame([{"method": "grpo", "updates": 10, "generated_tokens": 4000.0, "generated_per_update": 400.0},
+                           {"method": "vsr", "updates": 10, "generated_tokens": 3000.0, "generated_per_update": 300.0}])
+    results = [{"task": "agentic", "method": m, "mean_at_k": v, "env": {"env": "sokoban", "config": {}}}
+               for m, v in (("vsr", 0.5), ("vsr", 0.3), ("vsr_no_scoring", 0.2), ("grpo", 0.1))]
+    df = P.agentic_side_by_side(results, tokens)
+    get = lambda q, m, col: df[(df.quantity == q) & (df.method == m)][col].tolist()  # noqa: E731
+    assert get("generated tokens VSR+GiGPO as % of GiGPO", "vsr_gigpo", "measured_value") == [75.0, 75.0]
+    assert get("generated tokens VSR+GiGPO as % of GiGPO", "vsr_gigpo", "paper_value")[0] == pytest.approx(
+        100 * 39.27 / 81.30)
+    assert get("generated tokens per update (thousands)", "gigpo", "measured_value") == [0.4, 0.4]
+    assert get("success % (mean of runs)", "vsr_gigpo", "measured_value") == [pytest.approx(40.0)]
+    assert get("success % (mean of runs)", "uniform_gigpo", "paper_value") == [pytest.approx(44.0333, abs=1e-3)]
+    assert get("success % (mean of runs)", "gigpo", "measured_value") == [pytest.approx(10.0)]

@@ -25,7 +25,8 @@ INPUTS = ("eval_*", "run_*", "tokens")
 
 class Params(StageParams):
     title: str = "held-out hard subset"
-    paper: Literal["vsr", "vigor", "vip"] | None = None
+    # vsr_agentic: the seed's agentic numbers (token accounting, BabyAI runs) beside this sweep's
+    paper: Literal["vsr", "vigor", "vip", "vsr_agentic"] | None = None
     # VIGOR's rollouts-to-target: the target is ``rollouts_target`` if set, else
     # ``rollouts_fraction`` x the best validation accuracy of ``rollouts_baseline``
     rollouts_baseline: str = "grpo"
@@ -77,7 +78,9 @@ def run(params: Params, ctx: StageContext) -> dict:
         if speed is not None:
             plots.append(ctx.out_dir / "rollouts.png")
             out["rollouts_to_target"] = speed
-    if params.paper is not None:
+    if params.paper == "vsr_agentic":
+        out["paper_rows_measured"] = _paper_agentic(results, tokens, ctx)
+    elif params.paper is not None:
         out["paper_rows_measured"] = _paper(params, results, ctx)
     verdicts = evaluate_claims(results, runs, rollouts_target=params.rollouts_target,
                                window=params.smooth_window, fraction=params.rollouts_fraction)
@@ -106,6 +109,16 @@ def _rollouts(params: Params, runs, ctx: StageContext) -> list | None:
                   f"every {params.rollouts_baseline} seed reaches; rollouts_to_target: mean over seeds with a "
                   "bootstrap interval over seeds, NaN = not reached in every seed (see `reached`).\n")
     return df.to_dict("records")
+
+
+def _paper_agentic(results: list, tokens, ctx: StageContext) -> int:
+    from analysis import paper as P
+
+    df = P.agentic_side_by_side(results, tokens)
+    P.write_all(df, ctx.out_dir, "paper_vs_measured", "VSR agentic: paper beside measured (settings differ)")
+    with open(ctx.out_dir / "tables.md", "a") as f:
+        f.write("\n" + P.to_markdown(df, "VSR agentic: paper beside measured (settings differ)"))
+    return int(df["measured_value"].notna().sum())
 
 
 def _paper(params: Params, results: list, ctx: StageContext) -> int:

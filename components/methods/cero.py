@@ -10,10 +10,10 @@ Each rule names its abstract sentence; every open choice is a config knob marked
 - "a concave, saturating utility over cumulative allocations": [ours]
   U_i(N) = v_i kappa (1 - exp(-N / kappa)), N = the prompt's rollouts over all steps so far.
   Why this form: concave and bounded (saturating) with U_i'(0) = v_i, so the first rollouts of
-  a prompt are worth its posterior variance and each later one exp(-1/kappa) times less; its
+  a prompt are worth its posterior variance and each later one exp(-1/kappa) times the one before; its
   concave conjugate has a closed form, so the dual below needs no inner solver. ``kappa``
   (default 2 x ``n_mean`` = 16) is the cumulative allocation at which a prompt's marginal value
-  has fallen to 1/e of v_i: about one group's worth.
+  has fallen to 1/e of v_i: two groups' worth.
 - "decisions across prompts and epochs are coupled by the global budget": the run may spend
   ``n_mean`` x batch rollouts per step on average, total C = n_mean x B x ``horizon_steps``
   (with ``horizon_steps`` set, a step never spends more than what is left of C).
@@ -39,11 +39,12 @@ Each rule names its abstract sentence; every open choice is a config knob marked
 - A step's spend is kept in [(1 - band), (1 + band)] x rho (``step_band`` = 0.25 [ours]) by
   moving that step's price to the nearest one in the band (:func:`banded_allocation`); the
   horizon's remaining budget caps it too. Why these defaults (kappa = 16, eta_lambda = .5, band
-  .25, the path gradient): on frozen populations (24 or 100 prompts, pass rates .02-.5,
-  revisited every epoch, 60 steps) they spend the run's budget to within 1 % with a per-step
-  spread of 8-23 % of rho; a per-step gradient (spend - rho; ``lambda_gradient: step``) lags
-  the falling price and under-spends 12-24 %, and without the band the spend swings between
-  n_min and n_max x B from step to step (tests/test_methods_sara_cero.py pins the first two).
+  .25, the path gradient): ``bench/cero_budget.py`` runs CERO on frozen populations (24 or 100
+  prompts, pass rates .02-.5, revisited every epoch, 60 steps). With them the run spends its
+  budget to within 1 % (0.996, 0.992) at a per-step spread of 8-22 % of rho; a per-step
+  gradient (spend - rho; ``lambda_gradient: step``) lags the falling price and under-spends
+  (0.774, 0.879); without the band the step's spend swings by 54-117 % of rho; kappa = 8
+  under-spends on the small population (0.936). The tests pin the first two.
 - lambda_0 = v_0 exp(-n_mean / kappa), v_0 = E[p(1-p)] under the prior: a fresh prompt then gets
   exactly ``n_mean``; a prompt seen for the first time starts at theta_i = v_i.
 

@@ -37,7 +37,6 @@ Beta posterior (a MoPPS-style stand-in) [ours].
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np

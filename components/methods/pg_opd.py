@@ -227,8 +227,10 @@ class PGOPD(Method):
                 g.meta["pgopd_overlap"] = [p for (gj, _), p in zip(flat, probe) if gj == gi]
         self._score_teacher(groups)
         n_probe = sum(g.n for g in groups)
+        # continued_frac: share of candidates decoded past the prefix (plain OPD: all of them)
+        frac = cont_n / max(n_probe, 1) if c.prune and Lp < H else 1.0
         self.last = {"rollouts": float(n_probe + cont_n), "continued": float(cont_n),
-                     "continued_frac": cont_n / max(n_probe, 1), "overlap_mean": float(np.mean(probe))}
+                     "continued_frac": frac, "overlap_mean": float(np.mean(probe))}
         return groups
 
     def _continue(self, groups: list[Group], cont: list[tuple[int, int]], ctx: RolloutContext, rest: int) -> None:

@@ -76,7 +76,7 @@ CLAIMS: tuple[Claim, ...] = (
           "tokens_per_update", "greso", "dapo", "lower", "GRESO abstract (rollout speed-up)"),
     # DAPO: dynamic sampling regenerates until groups have signal
     Claim("DAPO", "dapo_tokens>grpo", "DAPO's dynamic sampling pays more generation per update than GRPO",
-          "tokens_per_update", "dapo", "grpo", "higher", "DAPO dynamic sampling (METHODS.md 8)"),
+          "tokens_per_update", "dapo", "grpo", "higher", "DAPO dynamic sampling (arXiv 2503.14476)"),
     # VIP: its allocation lowers the gradient-variance objective vs the uniform allocation
     Claim("VIP", "vip_objective<uniform", "VIP's allocation lowers the variance objective vs uniform",
           "variance_objective", "vip", "uniform", "lower", "VIP Section 3 (allocation problem)"),

@@ -1,4 +1,4 @@
-"""Advantages and losses: METHODS.md TV1 plus parity with verl 0.9.1 ``core_algos`` itself.
+"""Advantages and losses: docs/methods.md TV1 plus parity with verl 0.9.1 ``core_algos`` itself.
 
 All verl functions used here run on CPU. verl's import is slow (~10 s), so it is imported once
 per module.
@@ -18,7 +18,7 @@ from verl.trainer.ppo import core_algos  # noqa: E402  (installed by requirement
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
 
-# ---------------------------------------------------------------- TV1 (METHODS.md section 1)
+# ---------------------------------------------------------------- TV1 (docs/methods.md §1)
 def test_tv1_grpo_ddof1():
     adv = grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), ["q"] * 4)
     assert torch.allclose(adv, torch.tensor([0.499999, -1.499997, 0.499999, 0.499999]), atol=1e-6)

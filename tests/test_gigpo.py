@@ -1,4 +1,4 @@
-"""GiGPO advantages against hand-computed examples (METHODS.md section 11)."""
+"""GiGPO advantages against hand-computed examples (docs/methods.md §11)."""
 import math
 
 import pytest

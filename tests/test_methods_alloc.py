@@ -1,6 +1,6 @@
-"""Allocation baselines (issue 3): DAPO, PODS, Reinforce-Ada-Est, VIGOR.
+"""Allocation baselines: DAPO, PODS, Reinforce-Ada-Est, VIGOR.
 
-Pinned vectors from METHODS.md (TV10, TV11) and hand-derived ones (allocation, Ada-EMA,
+Pinned vectors from docs/methods.md (TV10, TV11) and hand-derived ones (allocation, Ada-EMA,
 VIGOR speedup), then each method on a tiny random policy with a rule reward: budget
 accounting through the token meter, group shapes, determinism, state round trip, and two
 steps of the embedded trainer.

@@ -1,4 +1,4 @@
-"""GRESO (METHODS.md section 6) and VIP (section 2): hand-derived vectors, exact budgets,
+"""GRESO (docs/methods.md §6) and VIP (section 2): hand-derived vectors, exact budgets,
 brute-force allocation optima, determinism, state round trips and 2-step trainer runs."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pass@k / mean@k / maj@k, pinned to METHODS.md TV13."""
+"""pass@k / mean@k / maj@k, pinned to docs/methods.md TV13."""
 from __future__ import annotations
 
 from math import comb

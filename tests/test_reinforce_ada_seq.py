@@ -1,4 +1,4 @@
-"""Reinforce-Ada-Seq (METHODS.md section 5a, the authors' verl code).
+"""Reinforce-Ada-Seq (docs/methods.md §5a, the authors' verl code).
 
 TV7 and the exit / downsampling / fallback rules on a scripted reward stream with a fake
 engine (exact and fast), then the method on a tiny random policy with the real engine:

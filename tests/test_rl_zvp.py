@@ -1,4 +1,4 @@
-"""RL-ZVP token advantages (METHODS.md TV9) and their use by the trainer."""
+"""RL-ZVP token advantages (docs/methods.md TV9) and their use by the trainer."""
 from __future__ import annotations
 
 import torch

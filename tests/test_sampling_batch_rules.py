@@ -1,4 +1,4 @@
-"""Generation-batch rules: GRESO's adaptive next-sampling batch (METHODS.md section 6, the
+"""Generation-batch rules: GRESO's adaptive next-sampling batch (docs/methods.md §6, the
 official trainer's arithmetic) and DAPO's generation batch multiplier (section 8: 3 x the
 train batch per round, as the DAPO script)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""VSR's buffer, score and sampling rules (seed 000; METHODS.md section 4)."""
+"""VSR's buffer, score and sampling rules (the VSR paper; docs/methods.md §4)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,7 @@ from components.policy.tokenizer import build_tokenizer
 @pytest.mark.parametrize("alpha,p,sigma", [(0.0, 0.1, 0.3), (0.25, 0.325, 0.468375), (0.5, 0.55, 0.497494),
                                            (0.75, 0.775, 0.417582)])
 def test_score_matches_methods_md_vector(alpha, p, sigma):
-    # METHODS.md section 4 TV: p0 = 0.1, R = 1
+    # docs/methods.md §4 TV: p0 = 0.1, R = 1
     assert sigma_hat(0.1, alpha) == pytest.approx(sigma, abs=1e-6)
     assert sigma_hat(0.1, alpha) == pytest.approx(math.sqrt(p * (1 - p)), abs=1e-12)
 

@@ -1,6 +1,6 @@
 """Outcome-reward advantage estimators (one scalar reward per response).
 
-Conventions follow verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` exactly (METHODS.md section 1),
+Conventions follow verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` exactly (docs/methods.md §1),
 and ``tests/test_algos.py`` checks them against verl itself on random inputs:
 
 * GRPO (``compute_grpo_outcome_advantage``): A_i = (r_i - mean_g) / (std_g + eps) with

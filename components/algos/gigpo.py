@@ -1,5 +1,5 @@
 """GiGPO advantages on episodes (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM
-Agent Training", arXiv 2505.10978; METHODS.md section 11).
+Agent Training", arXiv 2505.10978; docs/methods.md §11).
 
 A pure function of finished episodes: no tensors, no tokens. Each episode carries its episode
 group (episodes started from the same initial state, e.g. the same map seed), the anchor

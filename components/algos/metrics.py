@@ -1,11 +1,11 @@
-"""Evaluation metrics over n sampled answers per problem (METHODS.md section 12).
+"""Evaluation metrics over n sampled answers per problem (docs/methods.md §12).
 
 * :func:`pass_at_k`: the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models
   Trained on Code", the Codex paper): 1 - C(n-c, k) / C(n, k), computed in the numerically
   stable product form 1 - prod_{i=n-c+1}^{n} (1 - k/i); it is exactly 1 when n - c < k.
 * :func:`mean_at_k` (a.k.a. avg@k / Ave@32 / Acc@8): mean correctness over the samples.
 * :func:`maj_at_k`: majority vote over the extracted answers, scored once. Ties are broken by
-  first occurrence [METHODS.md INF choice]; ``None`` (no extracted answer) never wins; if no
+  first occurrence [INF, docs/methods.md §12]; ``None`` (no extracted answer) never wins; if no
   sample has an answer the vote is scored incorrect. The vote is over answer strings as given:
   normalise them first (e.g. strip whitespace) if equivalent spellings should pool.
 """

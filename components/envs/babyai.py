@@ -1,6 +1,6 @@
 """BabyAI (Chevalier-Boisvert et al. 2018) through ``minigrid`` 3.x, as a text environment.
 
-Levels used by the paper (seed 000, section 5): ``BabyAI-SynthLoc-v0``, ``BabyAI-OneRoomS8-v0``,
+Levels used by the VSR paper (Section 5): ``BabyAI-SynthLoc-v0``, ``BabyAI-OneRoomS8-v0``,
 ``BabyAI-MiniBossLevel-v0``; any registered BabyAI/MiniGrid id works. minigrid gives a 7x7
 egocentric symbolic view (``obs["image"][x, y] = (object, colour, state)``, the agent at
 x = 3, y = 6 facing "up" in view coordinates) and a mission string; :func:`describe_view`

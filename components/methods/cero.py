@@ -1,5 +1,5 @@
 """CERO: adaptive rollout budgeting as online resource allocation (Zong, Wang, Jiang;
-arXiv 2606.05606; seed ``001``, last abstract; no public code; METHODS.md section 10, TV14).
+arXiv 2606.05606; from its abstract; no public code; docs/methods.md §10, TV14).
 Each rule names its abstract sentence; every open choice is a config knob marked [ours].
 
 - "maintains a Beta posterior over each prompt's success probability": Beta(prior_a + S,

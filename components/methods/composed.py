@@ -1,8 +1,7 @@
 """Composed allocators: VSR's state resampling inside VIGOR's rounds and inside VIP's budget.
 
 None of the papers tries these; every rule here is ours [ours], built from the parts the
-single methods already have (seed ``000`` for VSR, METHODS.md sections 2 and 3 for VIP and
-VIGOR).
+single methods already have (docs/methods.md §4 for VSR, §2 and §3 for VIP and VIGOR).
 
 Allocation units. A step's ``B`` units are ``B - k`` fresh prompts (the first ones of the
 batch, as VSR) and ``k = round(rho x B)`` replayed prefix states, drawn from VSR's buffer

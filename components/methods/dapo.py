@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling and overlong reward shaping (METHODS.md section 8).
+"""DAPO dynamic sampling and overlong reward shaping (docs/methods.md §8).
 
 Source: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale"
 (arXiv 2503.14476); verl ``recipe/dapo`` (``filter_groups`` in the DAPO ray trainer,
@@ -50,7 +50,7 @@ def overlong_penalty(length: int, max_len: int, buffer_len: int, factor: float =
     """verl ``DAPORewardManager``: ``min(-(L - (L_max - L_buf)) / L_buf * factor, 0)``.
 
     Clamped at ``-factor`` beyond ``L_max`` (verl never sees such lengths: responses are
-    truncated at ``L_max``; METHODS.md TV10 gives -1 at 21000 > 20480). ``buffer_len <= 0``
+    truncated at ``L_max``; docs/methods.md TV10 gives -1 at 21000 > 20480). ``buffer_len <= 0``
     means no shaping.
     """
     if buffer_len <= 0:

@@ -1,5 +1,5 @@
-"""Graph-based online difficulty estimator (Liu et al., arXiv 2608.17941; seed 001, first
-abstract; no public code, equations not published: METHODS.md section 10). An *estimator*,
+"""Graph-based online difficulty estimator (Liu et al., arXiv 2608.17941; from its
+abstract; no public code, equations not published: docs/methods.md §10). An *estimator*,
 not a scheduler: VIP, VIGOR and GRESO use it in place of their own difficulty estimates
 with ``difficulty: graph`` in their config.
 

@@ -1,5 +1,5 @@
 """GRESO: pre-rollout selective rollout by temporal consistency (Zheng et al., NeurIPS 2025,
-arXiv 2506.02177; official code Infini-AI-Lab/GRESO ``presampling_selector.py``). METHODS.md
+arXiv 2506.02177; official code Infini-AI-Lab/GRESO ``presampling_selector.py``). docs/methods.md
 section 6.
 
 State: a per-prompt trace of (training step, mean reward of its group) for every time the
@@ -30,7 +30,7 @@ prompts with the lowest skip probability are rolled out anyway ("forced"). No po
 filtering: zero-variance groups reach the trainer and contribute no policy gradient.
 
 ``batch_filling="adaptive"``: the official trainer's filling (``ray_trainer.py``,
-``ttis.type=dynamic_sampling``; METHODS.md section 6). The candidates are the batch, then the
+``ttis.type=dynamic_sampling``; docs/methods.md §6). The candidates are the batch, then the
 rest of the training set in a permutation drawn from the step rng, each once, each subject to
 the skip rule. Round 0 rolls out ``S = ceil(sampling_batch_factor * B)`` selected prompts
 (script: sampling_batch_size 384 for real_train_batch_size 256, factor 1.5); groups with
@@ -47,7 +47,7 @@ round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last["
 is what the step generated.
 
 Epoch index: ``step * batch_size // len(training set)``, matching the trainer's batch order.
-Variants: METHODS.md and the official scripts it cites do not distinguish GRESO-R / GRESO-G,
+Variants: docs/methods.md and the official scripts it cites do not distinguish GRESO-R / GRESO-G,
 so only one GRESO is implemented. Mean rewards are used as given (0/1 rewards assumed, so
 0.98 / 0.11 mean all correct / all wrong for n <= 9).
 """

@@ -1,5 +1,5 @@
-"""PAIR: Pairwise-Aware Inclusion Reweighting (arXiv 2608.11368; seed ``001``, second abstract;
-no public code; METHODS.md section 10). Each rule names its abstract sentence; every open
+"""PAIR: Pairwise-Aware Inclusion Reweighting (arXiv 2608.11368; from its abstract;
+no public code; docs/methods.md §10). Each rule names its abstract sentence; every open
 choice is a config knob marked [ours].
 
 - "the unclipped leave-one-out group-relative score gradient is ... a second-order U-statistic
@@ -24,7 +24,7 @@ choice is a config knob marked [ours].
   (pi_i = sqrt(sum_j m_ij/pi_j / (mu c_i)), clipped; exact per coordinate).
 - "each edge induced by completed vertices is inverse-weighted by its logged joint inclusion
   probability": candidates are continued independently, Bernoulli(pi_i) with the step's rng,
-  so pi_ij = pi_i pi_j (METHODS.md [INF]); the logged pi_i are in ``meta["pair_pi"]``. A
+  so pi_ij = pi_i pi_j (docs/methods.md §10 [INF]); the logged pi_i are in ``meta["pair_pi"]``. A
   completed candidate's advantage (:func:`ht_advantages`) is
       A_i = 1/(K-1) sum_{j completed, j != i} (r_i - r_j) / (pi_i pi_j),
   exactly RLOO's when every candidate is completed. Under "conditionally independent on-policy

@@ -1,11 +1,11 @@
-"""PG-OPD: Prefix-Guided On-Policy Distillation (arXiv 2606.21994; seed 001, sixth abstract;
-no public code; METHODS.md section 10). Rules, the abstract sentence each comes from, and
+"""PG-OPD: Prefix-Guided On-Policy Distillation (arXiv 2606.21994; from its abstract;
+no public code; docs/methods.md §10). Rules, the abstract sentence each comes from, and
 our choices ([ours], config knobs of :class:`PGOPDConfig`):
 
 1. "On-policy distillation (OPD) improves reasoning models by applying dense teacher
    supervision on student-sampled trajectories." The loss is per-token reverse-KL REINFORCE
    on the student's own samples: A_t = log pi_T(a_t | s_t) - log pi_S(a_t | s_t), loss
-   -sg(A_t) log pi_S(a_t | s_t) (:func:`opd_token_advantages`; METHODS.md section 10 [SEC]).
+   -sg(A_t) log pi_S(a_t | s_t) (:func:`opd_token_advantages`; docs/methods.md §10 [SEC]).
    The teacher's log-probs are computed at rollout time, the student's by the trainer inside
    its loss (the current policy), through the ``token_advantages`` hook; rewards are graded
    and logged but do not enter the loss [ours: the abstract's OPD has no task reward].

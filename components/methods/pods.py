@@ -1,4 +1,4 @@
-"""PODS: Policy Optimization with Down-Sampling (METHODS.md section 9).
+"""PODS: Policy Optimization with Down-Sampling (docs/methods.md §9).
 
 Source: Xu et al. 2025, "Not All Rollouts are Useful: Down-Sampling Rollouts in LLM
 Reinforcement Learning" (arXiv 2504.13818, v1/v2 abstracts): generate ``n`` rollouts per

@@ -1,5 +1,5 @@
-"""RAIL: Recoverability-Aware Intervention Learning (seed 001, third abstract; no public
-code, METHODS.md section 10: "NF"). Rules, the abstract sentence each comes from, and our
+"""RAIL: Recoverability-Aware Intervention Learning (from its abstract; no public
+code, docs/methods.md §10: "NF"). Rules, the abstract sentence each comes from, and our
 choices ([ours], config knobs of :class:`RAILConfig`):
 
 1. "RAIL models intervention selection as an online contextual-bandit problem." Each prompt

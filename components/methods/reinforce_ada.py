@@ -1,4 +1,4 @@
-"""Reinforce-Ada-Est: estimator-guided rollout allocation (METHODS.md section 5b).
+"""Reinforce-Ada-Est: estimator-guided rollout allocation (docs/methods.md §5b).
 
 Source: Xiong et al., "Reinforce-Ada" (arXiv 2510.04996 v3), Algorithm 1 (the ``Est``
 variant; the released RLHFlow/Reinforce-Ada code implements only ``Seq``):
@@ -28,7 +28,7 @@ Open choices, as config knobs:
 - k_t = number of rewards > ``positive_threshold`` (0.5) [INF];
 - ``eps`` = 1e-6 [INF] in both 1/sqrt(p_hat + eps) and 1/sqrt(r_bar + eps) (with a
   Beta prior p_hat > 0 anyway; with r_bar = 0 all advantages are 0 whatever the weight);
-- ``n_mean`` = 8 ("hyper-parameter 8"), [n_min, n_max] = [4, 32] (seed).
+- ``n_mean`` = 8 ("hyper-parameter 8"), [n_min, n_max] = [4, 32] (the paper).
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ class ReinforceAdaSeqConfig(MethodConfig):
 
 
 class ReinforceAdaSeq(Stateless):
-    """Reinforce-Ada-Seq (METHODS.md section 5a), after the authors' verl code
+    """Reinforce-Ada-Seq (docs/methods.md §5a), after the authors' verl code
     (``RayPPOTrainer._generate_multi_round_adaptive_downsampling`` and
     ``compute_grpo_outcome_advantage`` with ``global_stat_est``).
 

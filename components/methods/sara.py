@@ -1,5 +1,5 @@
-"""SARA: Sequential Adaptive Rollout Allocation (seed ``001``, third abstract; no public code,
-METHODS.md section 10). Each rule below names the abstract sentence it comes from; every
+"""SARA: Sequential Adaptive Rollout Allocation (from its abstract; no public code,
+docs/methods.md §10). Each rule below names the abstract sentence it comes from; every
 choice the abstract leaves open is a config knob marked [ours].
 
 - "maintains a Beta posterior over each prompt's success rate": Beta(prior_a + S, prior_b + F)

@@ -1,11 +1,11 @@
-"""VIGOR: progressive rollout allocation (METHODS.md section 3).
+"""VIGOR: progressive rollout allocation (docs/methods.md §3).
 
 Source: Jiang et al. 2026, "Learning as Reasoning Unfolds: Progressive Rollout Allocation"
-(arXiv 2607.22002), known from the seed summary and survey notes [SEC]; no primary text
+(arXiv 2607.22002), known from a summary of the paper and survey notes [SEC]; no primary text
 or code. Rule: every prompt starts with ``m0`` rollouts; in rounds t = 1..T-1 the fraction
 ``alpha`` of groups with the highest observed reward variance is expanded by ``gamma``.
 
-Budget-consistent reading [INF] (METHODS.md): the active set of round t is the top-alpha
+Budget-consistent reading [INF] (docs/methods.md): the active set of round t is the top-alpha
 subset of round t-1's active set; each active prompt gets ``m0 * gamma**t`` *new*
 rollouts. With alpha*gamma = 1 each round costs B*m0 and a step T*B*m0 (m0=2, T=4: 8 per
 prompt, GRPO n=8's budget).
@@ -24,7 +24,7 @@ Open choices, as config knobs [INF]:
   the prompt was active, ``meta["round_of_sample"]`` gives each sample's round;
 - round t samples with seed offset t, so rounds draw different samples.
 
-``speedup(k)`` is the seed's gain under a Pareto(k) tail of per-prompt variance:
+``speedup(k)`` is the paper's gain under a Pareto(k) tail of per-prompt variance:
 eta = sum_{i<T} (gamma * alpha^(1-1/k))^i / sum_{i<T} (alpha*gamma)^i, tau = eta^(1/3).
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from components.methods.difficulty_graph import DifficultyChoice, graph_estimato
 
 
 def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tuple[float, float]:
-    """(eta, tau) of METHODS.md section 3 for a Pareto(k) variance tail (k > 0)."""
+    """(eta, tau) of docs/methods.md §3 for a Pareto(k) variance tail (k > 0)."""
     if k <= 0:
         raise ValueError("k must be > 0")
     num = sum((gamma * alpha ** (1.0 - 1.0 / k)) ** i for i in range(T))

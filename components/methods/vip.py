@@ -1,5 +1,5 @@
 """VIP: Variance-Informed Predictive rollout allocation (Nguyen et al., ICLR 2026,
-arXiv 2602.01601; no public code). METHODS.md section 2; [INF] = our choice, a config knob.
+arXiv 2602.01601; no public code). docs/methods.md §2; [INF] = our choice, a config knob.
 
 Prediction. A GP over prompt embeddings with an RBF kernel K(x, x') = exp(-|x-x'|^2 / 2h^2),
 h by the median heuristic over the training pool's pairwise distances (a seeded subsample of

@@ -1,4 +1,6 @@
-"""VSR: Variance-optimal State Resampling (seed ``000_61b9682023dfd83a``, the main paper).
+"""VSR: Variance-optimal State Resampling (the paper this project reproduces:
+"Variance-Optimal State Resampling for Reinforcement Learning with Verifiable Rewards";
+docs/methods.md §4).
 
 A recency-windowed buffer holds the most recent *successful* trajectory of each prompt
 (expert traces seed it at cold start). Its prefix states s_i = (x, y_<i) are scored
@@ -13,8 +15,8 @@ to sigma_hat; each gets a fresh group of ``n`` continuations, the prefix being c
 (never in the loss). The rest are the batch's fresh prompts. ``rho = 0`` issues exactly
 GRPO's requests, so it reproduces GRPO bit for bit.
 
-Choices the seed leaves open, as config knobs (defaults are ours, marked [INF] in
-METHODS.md):
+Choices the paper leaves open, as config knobs (defaults are ours, marked [INF] in
+docs/methods.md):
 - cut points: ``cut_fractions`` of the trajectory's token length (default 0.25/0.5/0.75),
   or ``cut_points: steps`` (after each reasoning step delimiter);
 - recency: ``window_steps`` (a trajectory older than this many steps is evicted; ``None``
@@ -22,8 +24,8 @@ METHODS.md):
 - ``rho`` default 0.5; ``p0`` of a prompt never rolled out = its pass rate in the
   hard-subset filter (``p0_default`` when unknown);
 - whether successes of replayed continuations (prefix + continuation) enter the buffer
-  (``insert_from_replay``, default true: the seed inserts every successful trajectory).
-Ablations (issue 3) are the same class: ``scoring: uniform`` (w/o scoring),
+  (``insert_from_replay``, default true: the paper inserts every successful trajectory).
+The paper's ablations are the same class: ``scoring: uniform`` (w/o scoring),
 ``freeze_after`` (w/o recency), ``online_insert: false`` (static expert-prefix resets).
 """
 from __future__ import annotations
@@ -249,7 +251,7 @@ class VSRNoScoringConfig(VSRConfig):
 
 
 class VSRNoScoring(VSR):
-    """VSR w/o scoring: same buffer, prefixes drawn uniformly (seed 000, Figure 6)."""
+    """VSR w/o scoring: same buffer, prefixes drawn uniformly (the VSR paper, Figure 6)."""
     name = "vsr_no_scoring"
     Config = VSRNoScoringConfig
 

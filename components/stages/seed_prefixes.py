@@ -1,7 +1,7 @@
 """seed_prefixes: one verified expert trace per hard prompt.
 
 The trace must end in a ``\\boxed{}`` answer that math-verify grades correct against
-the gold (for OpenR1 data, also ``is_reasoning_complete``; issue 4). Outputs:
+the gold (for OpenR1 data, also ``is_reasoning_complete``). Outputs:
 - ``sft.jsonl``: the SFT set — exactly the hard prompts with their one expert trace;
 - ``traces.json``: uid -> trace, what VSR seeds its buffer with (cut by its own config);
 - ``prefix_pool.jsonl``: the expert prefix states at ``cut_fractions`` (the static pool

@@ -1,8 +1,8 @@
 """The papers' own numbers, as data, so the sweep's tables can show them side by side.
 
-Every value is transcribed from the seed texts in ``../shared/seeds/`` (the file, the table
-or paragraph and the row are named in each block's ``source``); ``tests/test_paper_tables.py``
-re-reads the seed files and checks the transcription. Values are percentages (accuracy x 100)
+Every value is transcribed from the papers (the table or paragraph and the row are named in
+each block's ``source``); ``tests/test_paper_tables.py`` re-reads the papers' texts, where they
+are staged beside the project, and checks the transcription. Values are percentages (accuracy x 100)
 unless ``metric`` says otherwise.
 
 Rows are long-format dicts: ``paper, source, model, method, benchmark, metric, value`` (+ an
@@ -12,12 +12,12 @@ the registry name of ``components.methods`` where one exists (``grpo``, ``vsr``,
 unmatched-budget variant, is ``greso_g``), ``benchmark`` the name in
 ``components.data.benchmarks.BENCHMARKS`` or ``"avg"`` (the paper's average column).
 
-What the seeds do NOT give (left out, not guessed):
+What the papers' texts we had do NOT give (left out, not guessed):
 
-- VSR Table 1's Qwen2.5-7B-Instruct rows, and its base / SFT rows: the seed text has only the
+- VSR Table 1's Qwen2.5-7B-Instruct rows, and its base / SFT rows: the text has only the
   Llama-3.2-3B-Instruct numbers quoted in Section 5 / Appendix D.5 (GRPO, static uniform
   expert-prefix resets, VSR, Reinforce-Ada-Est; one training run each).
-- VIP: the seed (004) is an AI summary with no results table; it gives only improvements
+- VIP: we had an AI summary of the paper with no results table; it gives only improvements
   (RLOO+VIP over RLOO on Qwen2.5-Math-1.5B at budget 8xQ: Pass@32 +12.3, Mean@32 +6.3) and
   the tool-augmented exact-match scores (Bamboogle, MuSiQue), kept in :data:`VIP_REFERENCE`
   with ``metric`` ``pass@32-delta`` / ``mean@32-delta`` / ``EM``; no absolute AIME numbers.
@@ -32,13 +32,12 @@ import pandas as pd
 
 KEYS = ["paper", "model", "method", "benchmark", "metric"]
 
-# ------------------------------------------------------------------ VSR (seed 000)
-VSR_SEED = "000_61b9682023dfd83a.txt"
+# ------------------------------------------------------------------ VSR (the paper this project reproduces)
 VSR_BENCHMARKS = ["aime24", "aime25", "amc23", "olympiadbench", "math500", "minerva_math"]
 VSR_PROTOCOL = {"samples_per_seed": 8, "seeds": [0, 1], "temperature": 0.7,
                 "note": "16 samples over 2 seeds per prompt at temperature 0.7, mean accuracy (mean@16)"}
 _VSR_LLAMA = "meta-llama/Llama-3.2-3B-Instruct"
-# (method, [AIME24, AIME25, AMC23, OlympiadBench, MATH500, Minerva, Avg.], where in the seed)
+# (method, [AIME24, AIME25, AMC23, OlympiadBench, MATH500, Minerva, Avg.], where in the paper)
 _VSR_TABLE1 = [
     ("grpo", [4.4, 1.0, 18.7, 12.6, 39.2, 16.5, 15.4],
      "Table 1 / Appendix D.5 'static uniform expert-prefix resets' paragraph, row GRPO"),
@@ -50,14 +49,14 @@ _VSR_TABLE1 = [
      "Table 1 / Appendix D.5 'Reinforce-Ada-Est' paragraph (matched 1024 responses per update)"),
 ]
 VSR_TABLE1: list[dict[str, Any]] = [
-    {"paper": "VSR", "source": f"seeds/{VSR_SEED}: {where}", "model": _VSR_LLAMA, "method": m,
+    {"paper": "VSR", "source": f"VSR paper: {where}", "model": _VSR_LLAMA, "method": m,
      "benchmark": b, "metric": "mean@16", "value": v, "note": "single training run"}
     for m, vals, where in _VSR_TABLE1 for b, v in zip(VSR_BENCHMARKS + ["avg"], vals)]
 
 # Generated tokens at matched update counts: agentic (GiGPO, Sokoban/BabyAI) runs, Section 5
-# 'token accounting' paragraph and Appendix D.5 of seed 000. Not the math setting.
+# 'token accounting' paragraph and Appendix D.5 of the VSR paper. Not the math setting.
 VSR_TOKENS: list[dict[str, Any]] = [
-    {"paper": "VSR", "source": f"seeds/{VSR_SEED}: Section 5 / Appendix D.5 token accounting",
+    {"paper": "VSR", "source": "VSR paper: Section 5 / Appendix D.5 token accounting",
      "model": model, "method": method, "benchmark": "agentic", "metric": "generated_tokens",
      "value": tokens, "updates": updates}
     for model, updates, pairs in (
@@ -65,19 +64,18 @@ VSR_TOKENS: list[dict[str, Any]] = [
         ("Qwen/Qwen2.5-3B-Instruct", 100, (("vsr_gigpo", 34.43e6), ("gigpo", 36.26e6))))
     for method, tokens in pairs]
 
-# BabyAI, Qwen2.5-1.5B-Instruct, three independent training runs each (Appendix D.5 of seed 000,
+# BabyAI, Qwen2.5-1.5B-Instruct, three independent training runs each (Appendix D.5 of the VSR paper,
 # the scoring ablation): VSR(+GiGPO) and uniform replay (VSR w/o scoring, +GiGPO). Success rate in %.
 VSR_BABYAI_RUNS = {"vsr_gigpo": (47.6, 50.8, 46.1), "uniform_gigpo": (46.1, 39.1, 46.9)}
 VSR_BABYAI: list[dict[str, Any]] = [
-    {"paper": "VSR", "source": f"seeds/{VSR_SEED}: Appendix D.5, Qwen2.5-1.5B BabyAI three runs",
+    {"paper": "VSR", "source": "VSR paper: Appendix D.5, Qwen2.5-1.5B BabyAI three runs",
      "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": method, "benchmark": "babyai",
      "metric": f"success (run {i + 1})", "value": v, "note": "independent training run; 128 map seeds per level"}
     for method, runs in VSR_BABYAI_RUNS.items() for i, v in enumerate(runs)]
 # our method names on episodes (components/agentic/methods.py) -> the paper's agentic names
 AGENTIC_METHODS = {"grpo": "gigpo", "vsr": "vsr_gigpo", "vsr_no_scoring": "uniform_gigpo"}
 
-# ------------------------------------------------------------------ VIGOR (seed 002)
-VIGOR_SEED = "002_8e07868770102ea3.txt"
+# ------------------------------------------------------------------ VIGOR (Jiang et al., arXiv 2607.22002)
 # the column order of VIGOR Table 1: Math500 AIME24 AMC Gaokao Miner. Olymp. Avg.
 VIGOR_BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]
 VIGOR_PROTOCOL = {"samples_per_seed": 1, "seeds": [0], "temperature": 1.0, "top_p": 0.7,
@@ -110,15 +108,14 @@ _VIGOR_TABLE1 = {
                             "VIGOR": [73.0, 14.2, 41.6, 61.5, 33.7, 36.4, 43.4]},
 }
 VIGOR_TABLE1: list[dict[str, Any]] = [
-    {"paper": "VIGOR", "source": f"seeds/{VIGOR_SEED}: Table 1, block {model}, row {meth}",
+    {"paper": "VIGOR", "source": f"VIGOR paper (arXiv 2607.22002): Table 1, block {model}, row {meth}",
      "model": VIGOR_MODELS[model], "method": VIGOR_METHODS[meth], "benchmark": b, "metric": "acc@1",
      "value": v, **({"note": "GRESO-g uses about twice the rollouts (unmatched budget)"} if meth == "GRESO-g" else {})}
     for model, rows in _VIGOR_TABLE1.items() for meth, vals in rows.items()
     for b, v in zip(VIGOR_BENCHMARKS + ["avg"], vals)]
 
-# ------------------------------------------------------------------ VIP (seed 004: an AI summary)
-VIP_SEED = "004_ae8eb0dbbde90635.txt"
-_VIP_SRC = f"seeds/{VIP_SEED}: 'Main Findings' (AI summary of the paper; no results table in the seed)"
+# ------------------------------------------------------------------ VIP (Nguyen et al., arXiv 2602.01601: an AI summary)
+_VIP_SRC = "VIP (arXiv 2602.01601), an AI summary of the paper: 'Main Findings' (no results table)"
 VIP_REFERENCE: list[dict[str, Any]] = [
     {"paper": "VIP", "source": _VIP_SRC, "model": "Qwen/Qwen2.5-Math-1.5B", "method": "vip", "benchmark": "aime",
      "metric": "pass@32-delta", "value": 12.3, "note": "RLOO+VIP minus RLOO, budget 8xQ, AIME24/25"},
@@ -126,13 +123,13 @@ VIP_REFERENCE: list[dict[str, Any]] = [
      "metric": "mean@32-delta", "value": 6.3, "note": "RLOO+VIP minus RLOO, budget 8xQ, AIME24/25"},
 ] + [
     {"paper": "VIP", "source": _VIP_SRC, "model": "unspecified", "method": method, "benchmark": bench,
-     "metric": "EM", "value": v, "note": "tool-augmented reasoning; model not named in the seed"}
+     "metric": "EM", "value": v, "note": "tool-augmented reasoning; model not named in the summary"}
     for method, bench, v in (("drgrpo", "bamboogle", 20.0), ("drgrpo+vip", "bamboogle", 23.2),
                              ("drgrpo", "musique", 6.0), ("drgrpo+vip", "musique", 10.5),
                              ("rloo", "bamboogle", 10.4), ("rloo+vip", "bamboogle", 17.6),
                              ("rloo", "musique", 8.5), ("rloo+vip", "musique", 11.0))]
 VIP_PROTOCOL = {"samples_per_seed": 32, "seeds": [0], "pass_ks": [1, 32],
-                "note": "AIME24/AIME25, Pass@32, Mean@32, Maj@32; temperature not given in the seed"}
+                "note": "AIME24/AIME25, Pass@32, Mean@32, Maj@32; temperature not given in the summary"}
 
 ALL_ROWS = VSR_TABLE1 + VIGOR_TABLE1 + VIP_REFERENCE
 
@@ -246,7 +243,7 @@ def write_all(df: pd.DataFrame, out_dir: str | Path, stem: str = "paper_vs_measu
 
 # ------------------------------------------------------------------ agentic: paper beside measured
 def agentic_side_by_side(results: Sequence[dict[str, Any]], tokens: pd.DataFrame | None) -> pd.DataFrame:
-    """The seed's agentic numbers beside this sweep's: generated tokens at matched updates (the
+    """The VSR paper's agentic numbers beside this sweep's: generated tokens at matched updates (the
     VSR+GiGPO / GiGPO ratio and tokens per update) and success rates (the paper's BabyAI runs;
     measured on whatever environment the sweep ran, named in ``measured_setting``). Rows:
     ``quantity, method, paper_setting, paper_value, measured_setting, measured_value``. Not a
@@ -283,7 +280,7 @@ def agentic_side_by_side(results: Sequence[dict[str, Any]], tokens: pd.DataFrame
                      "measured_value": sum(got) / len(got) if got else float("nan")})
     if "gigpo" in success:
         got = success["gigpo"]
-        rows.append({"quantity": "success % (mean of runs)", "method": "gigpo", "paper_setting": "not in the seed text",
+        rows.append({"quantity": "success % (mean of runs)", "method": "gigpo", "paper_setting": "not in the paper's text",
                      "paper_value": float("nan"), "measured_setting": f"{where}, runs {'/'.join(f'{v:.1f}' for v in got)}",
                      "measured_value": sum(got) / len(got)})
     return pd.DataFrame(rows)

@@ -36,9 +36,9 @@ K8S_TASKS = {"start_sweep", "prepare_data", "pretrain", "filter_hard_args", "fil
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
-# Local mode's DAG shape (task -> (class, sorted upstream, map_index_template)), recorded
-# from dags/rlvr_sweep.py as it was before kubernetes mode existed (commit 763f1f8), plus the
-# run's sweep snapshot: start_sweep feeds every task, ``grid`` maps train.
+# Local mode's DAG shape (task -> (class, sorted upstream, map_index_template)), which
+# kubernetes mode must leave unchanged; start_sweep (the run's sweep snapshot) feeds every
+# task, ``grid`` maps train.
 # The embedded demo and tests/test_pipeline_e2e.py depend on these ids.
 _PY, _MAP = "_PythonDecoratedOperator", "DecoratedMappedOperator"
 LOCAL_SHAPE = {

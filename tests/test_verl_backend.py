@@ -280,7 +280,8 @@ def test_train_stage_backend_field_keeps_embedded_cache_keys():
 
     for kw in ({}, {"method": "vsr", "steps": 5, "method_config": {"rho": 0.25}}, {"threads": 2}):
         dump = train.Params(**kw).model_dump(mode="json")
-        # the VERSION-1 Params were TrainConfig + backend + threads: the same dict, the same key
+        # embedded params dump as TrainConfig + backend + threads: the verl-only fields change neither
+        # the dict nor the cache key of an embedded run
         before = {**TrainConfig(**{k: v for k, v in kw.items() if k != "threads"}).model_dump(mode="json"),
                   "backend": "embedded", "threads": kw.get("threads")}
         assert dump == before

@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from components.agentic.rollout import EpisodeRun, Start
+from components.agentic.trace import TRACE
 from components.methods.base import MethodConfig
 from components.methods.vsr import sigma_hat
 
@@ -210,7 +211,7 @@ class EpisodicVSRNoRecency(EpisodicVSR):
 
 
 EPISODIC: dict[str, type] = {"grpo": Fresh, "vsr": EpisodicVSR, "vsr_no_scoring": EpisodicVSRNoScoring,
-                             "vsr_no_recency": EpisodicVSRNoRecency}
+                             "vsr_no_recency": EpisodicVSRNoRecency, "trace": TRACE}
 
 
 def episodic_config(name: str, config: dict[str, Any] | None):

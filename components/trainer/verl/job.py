@@ -34,9 +34,11 @@ def verl_job(params: dict, inputs: dict, out: Path, work: Path | None = None, sw
     except ValidationError as e:
         field, problem = validation_problem(e, unknown="unknown parameter")
         raise JobError(f"--params: {field}: {problem}") from None
-    missing = [k for k in INPUTS if k not in inputs]
+    # a trailing "*" marks an optional input (train's teacher)
+    required = [k for k in INPUTS if not k.endswith("*")]
+    missing = [k for k in required if k not in inputs]
     if missing:
-        raise JobError(f"--inputs: missing {', '.join(missing)} (need {', '.join(INPUTS)})")
+        raise JobError(f"--inputs: missing {', '.join(missing)} (need {', '.join(required)})")
     for k, v in inputs.items():
         if not Path(v).is_dir():
             raise JobError(f"--inputs: {k}: {v} is not a directory")

@@ -4,6 +4,7 @@ backend switch and cache keys, the CLI, and the GPU smoke script's syntax and mo
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -272,6 +273,76 @@ def test_trainer_module_imports_and_subclasses_verls_trainer():
     assert RLVRPPOTrainer._update_actor is not RayPPOTrainer._update_actor
     loader = torch.utils.data.DataLoader(_Indices(5), batch_size=2, drop_last=True, collate_fn=_collate)
     assert [b["index"].tolist() for b in loader] == [[0, 1], [2, 3]]
+
+
+def test_verl_trainer_runs_the_shared_loop_with_its_hooks(tiny, tmp_path):
+    """The loop on the verl trainer with the parts that need Ray workers replaced: the actor
+    update and verl's own checkpoint files (``tests/scale`` runs them for real). Rollouts go
+    through the real ``VerlRolloutEngine``. Checks the hook order verl needs (replicas sleep
+    after the rollout, get the new weights after the update), the embedded trainer's metric
+    names, and a resume from the loop state saved beside verl's checkpoint."""
+    from omegaconf import OmegaConf
+
+    from components.data.schema import Problem
+    from components.methods.registry import build
+    from components.trainer.verl.trainer import STATE_FILE, RLVRPPOTrainer
+
+    model, tok = tiny
+    events: list[tuple] = []
+
+    class Replicas:
+        def sleep_replicas(self):
+            events.append(("sleep",))
+
+        def update_weights(self, step):
+            events.append(("weights", step))
+
+    class Logger:
+        def log(self, data, step):
+            events.append(("log", step))
+
+    class WorkerlessTrainer(RLVRPPOTrainer):
+        def update(self, groups):                     # verl's actor update needs workers
+            events.append(("update", self.global_steps, sum(g.n for g in groups)))
+            return {"actor/pg_loss": 0.0, "pad_rows": 0.0}
+
+        def _save_checkpoint(self):                   # verl's files: its tracker names the step
+            (Path(self.config.trainer.default_local_dir) / "latest").write_text(str(self.global_steps))
+
+        def _load_checkpoint(self):
+            f = Path(self.config.trainer.default_local_dir) / "latest"
+            self.global_steps = int(f.read_text()) if f.exists() else 0
+
+    def make(steps):
+        t = WorkerlessTrainer.__new__(WorkerlessTrainer)
+        t.cfg = TrainConfig(method="grpo", method_config={"n": 2}, steps=steps, batch_prompts=2, max_new_tokens=6,
+                            val_size=2, val_samples=1, val_every=2, ckpt_every=1, seed=1)
+        t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path / "ckpt")},
+                                     "actor_rollout_ref": {"rollout": {"agent": {"num_workers": 2}}}})
+        t.tokenizer, t.meter, t.history = tok, TokenMeter(backend="verl"), []
+        t.method = build("grpo", {"n": 2})
+        t.async_rollout_manager = type("M", (), {"generate_sequences": HFGenerateSequences(model, tok)})()
+        t.checkpoint_manager, t.logger, t.grade = Replicas(), Logger(), lambda texts, golds: [(1.0, "x")] * len(texts)
+        return t
+
+    probs = [Problem(uid=f"u{i}", prompt=f"Compute {i}+1.", answer=str(i + 1)) for i in range(4)]
+    first = make(2)
+    first.run_loop(probs, probs[:2], {}, tok)
+    assert events[:2] == [("weights", 0), ("log", 0)]                  # restore, then validation at step 0
+    assert events[2:6] == [("sleep",), ("update", 1, 4), ("weights", 1), ("log", 1)]
+    assert events[6:10] == [("sleep",), ("update", 2, 4), ("weights", 2), ("log", 2)]
+    state = json.loads((tmp_path / "ckpt" / "global_step_2" / STATE_FILE).read_text())
+    assert state["step"] == 2 and state["history"] == first.history
+    rows = [h for h in first.history if "train/actor/pg_loss" in h]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["rollouts"] == 4 for r in rows)
+    assert {"reward/mean", "val/accuracy", "val/clip_ratio", "tokens/generated", "train/pad_rows"} <= set(
+        k for h in first.history for k in h)
+    events.clear()
+    resumed = make(3)                                                  # the same run, one step longer
+    resumed.run_loop(probs, probs[:2], {}, tok)
+    assert events[0] == ("weights", 2) and [e for e in events if e[0] == "update"] == [("update", 3, 4)]
+    assert resumed.history[:len(first.history)] == first.history
+    assert resumed.summary()["backend"] == "verl" and resumed.summary()["steps"] == 3
 
 
 def test_train_stage_backend_field_keeps_embedded_cache_keys():

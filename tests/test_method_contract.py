@@ -116,3 +116,14 @@ def test_method_contract(name, setup, tmp_path):
     _, _, probs, res = setup
     summary = t2.fit(probs, probs[:2], res, tmp_path)
     assert summary["steps"] == 2 and len([h for h in t2.history if "train/loss" in h]) == 2
+
+
+def test_registry_refuses_a_class_that_is_not_a_method():
+    from components.methods import registry
+
+    registry.register("not_a_method", "components.methods.base:Group")
+    try:
+        with pytest.raises(TypeError, match="does not subclass components.methods.base.Method"):
+            registry.build("not_a_method")
+    finally:
+        registry._METHODS.pop("not_a_method")

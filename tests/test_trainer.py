@@ -164,3 +164,29 @@ def test_both_backends_run_the_one_loop():
         assert name not in vars(EmbeddedTrainer) and name not in vars(RLVRPPOTrainer), name
     for name in ("rollout_ctx", "update", "restore", "save_checkpoint", "log_metrics"):
         assert name in vars(EmbeddedTrainer) and name in vars(RLVRPPOTrainer), name
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+def test_micro_batched_pg_loss_is_clipped_pg_loss(mode):
+    """The embedded update's loss (per-token losses of ``pg_token_losses`` times the full
+    batch's ``token_weights``, summed over micro-batches) is ``clipped_pg_loss``, log-ratio
+    clamp and dual clip included."""
+    from components.algos.losses import CLIP_RATIO_C, clipped_pg_loss, pg_token_losses
+
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.rand(6, 9, generator=g) * 3
+    old = logp + torch.randn(6, 9, generator=g) * 1.5        # ratios far outside the clip range
+    old[0, 0] = logp[0, 0] - 30.0                            # a log-ratio the clamp cuts at 20
+    adv = torch.randn(6, generator=g)
+    mask = (torch.rand(6, 9, generator=g) > 0.2).float()
+    ref, stats = clipped_pg_loss(logp, old, adv, mask, 0.2, 0.28, agg=mode, loss_scale_factor=9)
+    w = token_weights(mask, mode, horizon=9)
+    total, clipped = 0.0, 0.0
+    for rows in (slice(0, 4), slice(4, 6)):                  # two micro-batches
+        pg, is_clipped, _, _ = pg_token_losses(logp[rows], old[rows], adv[rows][:, None], 0.2, 0.28, CLIP_RATIO_C)
+        total = total + (pg * w[rows]).sum()
+        clipped += float((is_clipped.float() * mask[rows]).sum())
+    assert stats["clipfrac_lower"] > 0                       # the dual clip is active somewhere
+    torch.testing.assert_close(total, ref)
+    assert clipped / float(mask.sum()) == pytest.approx(stats["clipfrac"], abs=1e-6)

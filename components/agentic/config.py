@@ -26,6 +26,7 @@ class EpisodeTrainConfig(StageParams):
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = Field(8, ge=1, description="tokens per turn (one action word + EOS)")
+    prompt_template: Literal["raw", "chat"] = "raw"
     # gigpo: A = A^E + step_weight * A^S; "episode": A^E only (GRPO on episode returns)
     adv_estimator: Literal["gigpo", "episode"] = "gigpo"
     gamma: float = Field(0.95, ge=0, le=1)

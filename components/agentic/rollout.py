@@ -26,7 +26,7 @@ from components.algos.gigpo import Episode
 from components.engine.base import RolloutEngine, Request, SamplingParams
 from components.envs.base import EnvError
 
-__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes"]
+__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes", "prompt_encoder"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,17 @@ class EpisodeRun:
 
 def _encode(tokenizer, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def prompt_encoder(tokenizer, template: str = "raw") -> Callable[[str], tuple[int, ...]]:
+    """Prompt text -> context ids: as is (``raw``, the tiny policy) or as one user turn of the
+    tokenizer's chat template (``chat``, instruction-tuned models)."""
+    if template == "raw":
+        return lambda text: _encode(tokenizer, text)
+    if template == "chat":
+        return lambda text: _encode(tokenizer, tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False))
+    raise ValueError(f"unknown prompt template {template!r} (raw | chat)")
 
 
 def rollout_episodes(engine: RolloutEngine, make_env: Callable, starts: Sequence[Start],

@@ -23,7 +23,7 @@ import torch
 
 from components.agentic.config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
-from components.agentic.rollout import EpisodeRun, Start, rollout_episodes, to_gigpo_episodes
+from components.agentic.rollout import EpisodeRun, Start, prompt_encoder, rollout_episodes, to_gigpo_episodes
 from components.algos.gigpo import gigpo_advantages
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
@@ -85,6 +85,7 @@ class EpisodeTrainer:
 
     def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
         return rollout_episodes(self.engine, self.make_env, starts, self.sampling(seed), purpose,
+                                encode=prompt_encoder(self.tok, self.cfg.prompt_template),
                                 max_prompt_len=self.max_prompt_length)
 
     def validate(self, seeds: Sequence[int], step: int) -> float:

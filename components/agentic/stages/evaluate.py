@@ -31,13 +31,14 @@ class Params(StageParams):
     max_new_tokens: int = Field(8, ge=1)
     max_seeds: int | None = Field(None, ge=1)
     threads: int | None = None
-    engine: Literal["hf"] = "hf"
+    engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
+    prompt_template: Literal["raw", "chat"] = "raw"
 
 
 def run(params: Params, ctx: StageContext) -> dict:
     import numpy as np
 
-    from components.agentic.rollout import Start, rollout_episodes
+    from components.agentic.rollout import Start, prompt_encoder, rollout_episodes
     from components.agentic.stages.common import env_factory, read_env
     from components.algos.metrics import pass_at_k
     from components.engine.base import SamplingParams, TokenMeter
@@ -52,14 +53,15 @@ def run(params: Params, ctx: StageContext) -> dict:
     if not seeds:
         raise ValueError(f"evaluate: {ctx.input('hard')}/heldout.json has no map seeds")
     meter = TokenMeter(stage="evaluate", label=params.label)
-    engine, _ = open_engine(model_dir, meter, params.engine)
+    engine, tok = open_engine(model_dir, meter, params.engine)
     won = {s: [] for s in seeds}
     per_seed, turns, gen, clipped = [], [], [], 0
     with open(ctx.out_dir / "episodes.jsonl", "w") as f:
         for sampling_seed in params.seeds:
             runs = rollout_episodes(engine, make, [Start(s, (), str(s), params.episodes_per_seed) for s in seeds],
                                     SamplingParams(params.temperature, params.top_p, params.max_new_tokens,
-                                                   sampling_seed), purpose="eval")
+                                                   sampling_seed), purpose="eval",
+                                    encode=prompt_encoder(tok, params.prompt_template))
             for r in runs:
                 won[r.start.seed].append(r.won)
                 turns.append(len(r.turns))

@@ -32,7 +32,10 @@ class Params(StageParams):
     max_prompts: int = Field(64, ge=1, description="cap on kept training map seeds")
     seed: int = 0
     threads: int | None = None
-    engine: Literal["hf"] = "hf"
+    engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
+    # every train-pool seed, no sampling (the paper trains on its environments' map seeds as they come)
+    keep_all: bool = False
+    prompt_template: Literal["raw", "chat"] = "raw"
 
     @model_validator(mode="after")
     def _band(self):
@@ -44,7 +47,7 @@ class Params(StageParams):
 
 
 def run(params: Params, ctx: StageContext) -> dict:
-    from components.agentic.rollout import Start, rollout_episodes
+    from components.agentic.rollout import Start, prompt_encoder, rollout_episodes
     from components.agentic.stages.common import env_factory, read_env, write_env
     from components.engine.base import SamplingParams, TokenMeter
     from components.stages.common import open_engine, read_json, set_threads, write_json
@@ -53,12 +56,21 @@ def run(params: Params, ctx: StageContext) -> dict:
     spec = read_env(ctx.input("data"))
     make = env_factory(spec)
     seeds = read_json(ctx.input("data") / "seeds.json")
+    if params.keep_all:
+        kept = [{"seed": s, "base_successes": None, "base_samples": 0, "base_pass_rate": None}
+                for s in seeds["train_pool"]][: params.max_prompts]
+        write_env(ctx.out_dir, spec)
+        write_json(ctx.out_dir / "train.json", kept)
+        write_json(ctx.out_dir / "heldout.json", [{"seed": s} for s in seeds["heldout"]])
+        write_json(ctx.out_dir / "stats.json", {"kept": len(kept), "keep_all": True})
+        (ctx.out_dir / "tokens.json").write_text("[]")
+        return {"kept_train": len(kept), "kept_heldout": len(seeds["heldout"]), "filter_generated_tokens": 0}
     meter = TokenMeter(stage="filter_hard")
-    engine, _ = open_engine(ctx.input("model"), meter, params.engine)
+    engine, tok = open_engine(ctx.input("model"), meter, params.engine)
     pool = seeds["train_pool"]
     runs = rollout_episodes(engine, make, [Start(s, (), str(s), params.k) for s in pool],
                             SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.seed),
-                            purpose="filter")
+                            purpose="filter", encode=prompt_encoder(tok, params.prompt_template))
     wins = Counter()
     for r in runs:
         wins[r.start.seed] += r.won

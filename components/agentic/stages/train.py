@@ -45,7 +45,8 @@ def run(params: Params, ctx: StageContext) -> dict:
     cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
     trainer = EpisodeTrainer(cfg, model, tok, make, ctx.tracker, max_prompt_length=params.max_prompt_length)
     summary = trainer.fit([r["seed"] for r in kept], heldout,
-                          {"p0": {r["seed"]: r["base_pass_rate"] for r in kept}, "expert_traces": traces},
+                          {"p0": {r["seed"]: r["base_pass_rate"] for r in kept if r["base_pass_rate"] is not None},
+                           "expert_traces": traces},
                           ctx.work_dir)
     trainer.save_outputs(ctx.out_dir)
     return summary

@@ -69,9 +69,12 @@ def spread(name: str, a: Path, b: Path) -> str:
             return "; ".join(f"{k}: {ja.get(k)} vs {jb.get(k)}" for k in keys[:6])
         return "values differ"
     if name.endswith(".jsonl"):
-        la, lb = a.read_text().splitlines(), b.read_text().splitlines()
-        sa, sb = {json.loads(x).get("uid") for x in la}, {json.loads(x).get("uid") for x in lb}
-        return f"{len(la)} vs {len(lb)} rows; {len(sa ^ sb)} uids in one only"
+        la = [json.loads(x) for x in a.read_text().splitlines()]
+        lb = [json.loads(x) for x in b.read_text().splitlines()]
+        keys = sorted({k for x, y in zip(la, lb) for k in set(x) | set(y) if x.get(k) != y.get(k)})
+        sa, sb = {x.get("uid") for x in la}, {x.get("uid") for x in lb}
+        return (f"{len(la)} vs {len(lb)} rows; {len(sa ^ sb)} uids in one only; "
+                f"fields that differ: {', '.join(keys) or 'none'}")
     return "bytes differ"
 
 

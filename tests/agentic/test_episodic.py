@@ -180,3 +180,28 @@ def test_trainer_resume_continues_identically(amodel, atok, tmp_path):
         assert torch.equal(p, q)
     s = full.summary()
     assert s["generated_tokens"] == sum(r["tokens/generated"] for r in full.history)
+
+
+@pytest.mark.parametrize("name", sorted(__import__("components.agentic.methods", fromlist=["EPISODIC"]).EPISODIC))
+def test_episodic_method_contract(name, amodel, atok):
+    """Every method with an episodic form: the budget it promises is what it generates, every
+    generated token is metered, its state survives JSON, and replayed turns never become rows."""
+    import json
+
+    m = build_episodic(name, {"n": 2})
+    m.setup([18, 21, 29, 3], {"p0": {18: 0.5}})
+    m.observe([solved_run(18), solved_run(21)], 0)
+    eng = engine(amodel, atok)
+    starts = m.starts([29, 3, 18, 21], 1, np.random.default_rng(1))
+    runs = rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, 5))
+    assert len(runs) == m.episodes_per_step(4) == 8
+    assert eng.meter.totals()["generated_tokens"] == sum(r.generated_tokens for r in runs)
+    rows = turn_rows(runs, EpisodeTrainConfig())
+    assert len(rows) == sum(len(r.turns) for r in runs)
+    m.observe(runs, 1)
+    state = json.loads(json.dumps(m.state_dict()))
+    other = build_episodic(name, {"n": 2})
+    other.load_state_dict(state)
+    assert other.state_dict() == m.state_dict()
+    if name != "grpo":
+        assert any(s.prefix for s in starts)        # replays happen once the buffer has successes

@@ -56,6 +56,7 @@ from scipy.special import digamma
 
 from components.data.schema import Problem
 from components.methods.base import MethodConfig
+from components.methods.embeddings import HashingEmbedder, MiniLMEmbedder, median_bandwidth
 
 
 class GraphDifficultyConfig(BaseModel):
@@ -90,11 +91,6 @@ def reasoning_text(p: Problem, source: str) -> str:
     return p.traces[0] if source == "trace" and p.traces else p.prompt
 
 
-def _median_h(R: np.ndarray, max_points: int = 1024) -> float:
-    from components.methods.vip import median_bandwidth
-    return median_bandwidth(R, max_points)
-
-
 def build_graph(E: np.ndarray, R: np.ndarray, k: int, rho: float, chunk: int = 512) -> sparse.csr_matrix:
     """Symmetric k-NN graph W (CSR, zero diagonal) over rows of E (unit-norm embeddings) and
     R (reasoning signatures): s = (1-rho) cos + rho RBF(R, median h); top-k per row, max(s, 0)."""
@@ -107,7 +103,7 @@ def build_graph(E: np.ndarray, R: np.ndarray, k: int, rho: float, chunk: int = 5
     if k <= 0:
         return sparse.csr_matrix((N, N))
     En = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
-    h = _median_h(R) if rho > 0 else 1.0
+    h = median_bandwidth(R) if rho > 0 else 1.0
     sq = (R * R).sum(1)
     rows, cols, vals = [], [], []
     for i0 in range(0, N, chunk):
@@ -170,7 +166,6 @@ class GraphDifficulty:
     @property
     def embedder(self):
         if self._embedder is None:
-            from components.methods.vip import HashingEmbedder, MiniLMEmbedder
             self._embedder = MiniLMEmbedder() if self.config.embedder == "minilm" else HashingEmbedder()
         return self._embedder
 

@@ -220,3 +220,27 @@ def test_sara_dps_prefers_uncertain_prompts(problems):
         m.post.add(p.uid, 500.0 if i < 4 else 0.0, 500.0 if i < 4 else 5000.0)
     chosen = m.take_batch(problems[8:12], np.random.default_rng(0))
     assert sorted(p.uid for p in chosen) == sorted(p.uid for p in problems[:4])
+
+
+def test_sara_step_with_every_prompt_abandoned_trains_on_nothing(problems, tok, model, tmp_path):
+    """On a saturated pool SARA returns no group: the trainer's step still runs (no update),
+    logs SARA's numbers and checkpoints its posterior; the next step resumes from it."""
+    import copy
+
+    from components.stages.base import NullTracker
+    from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.train_config import TrainConfig
+
+    cfg = TrainConfig(method="sara", steps=2, batch_prompts=4, max_new_tokens=8, val_size=0, seed=1, ckpt_every=1)
+    t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, zero_reward, NullTracker())
+    before = [p.detach().clone() for p in t.model.parameters()]
+    summary = t.fit(problems, [], {}, tmp_path)
+    assert summary["steps"] == 2
+    rows = [h for h in t.history if "method/rollouts" in h]
+    assert [h["method/rollouts"] for h in rows] == [32.0, 32.0] and all(h["method/committed"] == 0 for h in rows)
+    assert all(torch_equal(a, b) for a, b in zip(before, t.model.parameters()))
+    assert t.method.post.counts                      # abandoned probes reached the posterior
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a == b).all())

@@ -26,7 +26,8 @@ from components.algos.gigpo import Episode
 from components.engine.base import RolloutEngine, Request, SamplingParams
 from components.envs.base import EnvError
 
-__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes", "prompt_encoder"]
+__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes", "prompt_encoder",
+           "success_rate"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ def rollout_episodes(engine: RolloutEngine, make_env: Callable, starts: Sequence
                 run.done, run.won = bool(done), bool(info["won"])
         turn += 1
     return runs
+
+
+def success_rate(runs: Sequence[EpisodeRun]) -> float:
+    """Share of runs that solved their episode (NaN for no runs)."""
+    return sum(r.won for r in runs) / len(runs) if runs else float("nan")
 
 
 def to_gigpo_episodes(runs: Sequence[EpisodeRun]) -> list[Episode]:

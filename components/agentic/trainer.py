@@ -23,7 +23,8 @@ import torch
 
 from components.agentic.config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
-from components.agentic.rollout import EpisodeRun, Start, prompt_encoder, rollout_episodes, to_gigpo_episodes
+from components.agentic.rollout import (EpisodeRun, Start, prompt_encoder, rollout_episodes, success_rate,
+                                        to_gigpo_episodes)
 from components.algos.gigpo import gigpo_advantages
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
@@ -59,10 +60,6 @@ def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group
                               responses=[turn.response_ids], texts=[turn.text], rewards=[turn.reward],
                               finish_reasons=[turn.finish_reason], meta={"advantages": [at]}))
     return rows
-
-
-def success_rate(runs: Sequence[EpisodeRun]) -> float:
-    return float(np.mean([r.won for r in runs])) if runs else math.nan
 
 
 class EpisodeTrainer:

@@ -42,9 +42,8 @@ def run(params: Params, ctx: StageContext) -> dict:
         return _register_pretrained(params, ctx)
     from components.agentic.bc import demonstrations
     from components.agentic.policy import build_agent_tokenizer
-    from components.agentic.rollout import Start, rollout_episodes
+    from components.agentic.rollout import Start, rollout_episodes, success_rate
     from components.agentic.stages.common import env_factory, read_env, write_env
-    from components.agentic.trainer import success_rate
     from components.engine.base import SamplingParams, TokenMeter
     from components.policy.model import TinyPolicyConfig, build_policy, save_policy
     from components.policy.pretraining import pretrain_policy

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-TRAIN = {"backend": "verl", "steps": 3, "batch_prompts": 4, "max_new_tokens": 32, "val_size": 4, "val_every": 3,
+# 64 tokens: the pool's 4-5-term traces are 35-45 tokens (a 32-token budget cut every one: reward 0)
+TRAIN = {"backend": "verl", "steps": 3, "batch_prompts": 4, "max_new_tokens": 64, "val_size": 4, "val_every": 3,
          "ckpt_every": 1, "lr": 1e-4, "micro_batch": 8}
 METHODS = {"grpo": {"n": 4}, "vsr": {"n": 4, "rho": 0.5}, "vigor": {}}
 
@@ -31,6 +32,21 @@ def train_inputs(tiny_pretrained):
                              {"data": data["uri"], "model": pre["uri"]}, sweep="scale")
     prefixes = lineage.run_stage("seed_prefixes", {}, {"hard": hard["uri"]}, sweep="scale")
     return {"model": pre["uri"], "hard": hard["uri"], "prefixes": prefixes["uri"]}
+
+
+def assert_learning_signal(rows: list[dict], what: str) -> list[float]:
+    """A run whose rewards are all 0 (or all 1) has zero advantages: nothing was learned and the
+    run proves nothing about the reward path. Some step must have a reward > 0 and a group with
+    mixed rewards, and the actor's gradient must be non-zero."""
+    rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
+    mixed = [r.get("groups/mixed_frac", 0.0) for r in rows if "reward/mean" in r]
+    grads = [r.get("train/actor/grad_norm", 0.0) for r in rows if "reward/mean" in r]
+    clipped = [r["response_length/clip_ratio"] for r in rows if "response_length/clip_ratio" in r]
+    assert clipped and min(clipped) < 1, f"{what}: every response cut at the budget ({clipped})"
+    assert rewards and max(rewards) > 0, f"{what}: every training reward is 0 ({rewards}): no learning signal"
+    assert max(mixed) > 0, f"{what}: no group with mixed rewards in any step (mixed_frac {mixed})"
+    assert max(grads) > 0, f"{what}: zero actor gradient in every step ({grads})"
+    return rewards
 
 
 def _verl_steps(work: Path) -> list[int]:
@@ -59,8 +75,9 @@ def test_three_updates_on_verl(train_inputs, method):
     assert not work_dir("train", res["cache_key"]).exists()
     run = mlflow.MlflowClient().get_run(res["run_id"])
     assert "train/actor/pg_loss" in run.data.metrics and "reward/mean" in run.data.metrics
-    print(f"verl {method}: 3 updates in {time.monotonic() - t0:.0f} s, rewards "
-          f"{[r.get('reward/mean') for r in rows if 'reward/mean' in r]}")
+    rewards = assert_learning_signal(rows, f"verl {method}")
+    print(f"verl {method}: 3 updates in {time.monotonic() - t0:.0f} s, rewards {rewards}, "
+          f"val {[r['val/accuracy'] for r in rows if 'val/accuracy' in r]}")
 
 
 def test_sigkilled_stage_resumes_from_verls_checkpoint(train_inputs, scale_home):
@@ -99,3 +116,4 @@ def test_sigkilled_stage_resumes_from_verls_checkpoint(train_inputs, scale_home)
     assert not work.exists()                    # checkpoints removed once the output is final
     rows = [json.loads(l) for l in (Path(res["uri"]) / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/actor/pg_loss" in r] == [1, 2, 3]   # history kept across the kill
+    print(f"verl grpo killed at step {done_before[-1]} and resumed: rewards {assert_learning_signal(rows, 'resumed')}")

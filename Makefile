@@ -58,6 +58,15 @@ $(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock pypro
 test-scale: $(SCALE_STAMP)
 	$(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 
+# the part of tests/scale that .ci/run can afford on 2 cores: vLLM against the transformers
+# engine (one short pretrain of the tiny policy) and one verl GRPO run with rewards > 0, killed
+# with SIGKILL after its first checkpoint and resumed (two verl start-ups). verl VSR / VIGOR and
+# SmolLM2 (its GGUF export, ~5 min, and a verl run of its own) stay in `make test-scale`.
+SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint
+.PHONY: test-scale-ci
+test-scale-ci: $(SCALE_STAMP)
+	$(SCALE_VENV)/bin/python -m pytest -q -m scale --durations=10 $(SCALE_CI_TESTS)
+
 # The Kubeflow compiler's environment (.venv-kfp): kfp 2.17 and kfp-kubernetes pin kubernetes<31,
 # protobuf<7 and requests==2.33.0, which the main environment cannot take. The project goes in
 # without its dependencies: the compiler needs the sweep model (pydantic, PyYAML), not torch.

@@ -101,6 +101,11 @@ def test_resume_after_crash_continues_identically(model, tok, problems, tmp_path
     assert full.meter.totals() == resumed.meter.totals()
     strip = lambda h: [{k: x for k, x in r.items() if not k.startswith("time/")} for r in h]
     assert strip(full.history) == strip(resumed.history)
+    # the written records hold no wall-clock field, so two runs of one config are byte-identical
+    full.write_records(tmp_path / "full")
+    resumed.write_records(tmp_path / "crash")
+    for name in ("metrics.jsonl", "tokens.json", "method_state.json", "summary.json"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "crash" / name).read_bytes(), name
 
 
 def test_sft_trains_on_expert_traces_only(model, tok, problems, tmp_path):

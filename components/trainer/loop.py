@@ -190,10 +190,13 @@ class FitLoop:
         return out
 
     def write_records(self, out_dir: Path) -> None:
-        """The run's records beside ``model/``: the same files from every backend."""
+        """The run's records beside ``model/``: the same files from every backend. Wall-clock
+        fields (``time/*``) go to MLflow only: they measure the machine, and in the artifact they
+        would make two runs of the same code and seed differ in digest (and so in every
+        downstream cache key) although every computed number is identical."""
         with open(out_dir / "metrics.jsonl", "w") as f:
             for h in self.history:
-                f.write(json.dumps(h) + "\n")
+                f.write(json.dumps({k: v for k, v in h.items() if not k.startswith("time/")}) + "\n")
         (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
         (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
         (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))

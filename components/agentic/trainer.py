@@ -204,9 +204,9 @@ class EpisodeTrainer:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out_dir / "model", safe_serialization=True)
         self.tok.save_pretrained(out_dir / "model")
-        with open(out_dir / "metrics.jsonl", "w") as f:
+        with open(out_dir / "metrics.jsonl", "w") as f:   # wall-clock fields to MLflow only (see loop.write_records)
             for h in self.history:
-                f.write(json.dumps(h) + "\n")
+                f.write(json.dumps({k: v for k, v in h.items() if not k.startswith("time/")}) + "\n")
         (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
         (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
         (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))

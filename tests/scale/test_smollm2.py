@@ -74,13 +74,15 @@ def test_registered_from_the_package_without_copying_and_exported_once(smol):
     assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_hidden_layers"] == 30
 
 
-def test_real_data_path_on_smollm2(smol):
+@pytest.fixture(scope="module")
+def smol_inputs(smol):
+    """prepare_data (MATH and OpenR1 rows) -> filter_hard with the chat template on vLLM ->
+    seed_prefixes: the train stage's inputs on SmolLM2."""
     from components import lineage
     from components.data.schema import read_problems
 
     for key in ("math", "openr1"):
-        n = smol[key]["summary"]
-        assert read_problems(Path(smol[key]["uri"]) / "train_pool.jsonl"), (key, n)
+        assert read_problems(Path(smol[key]["uri"]) / "train_pool.jsonl"), (key, smol[key]["summary"])
     pre, data = smol["pre"], smol["math"]
     t0 = time.monotonic()
     # a pass-rate band that keeps every prompt: the filter still samples k per prompt on vLLM
@@ -94,24 +96,37 @@ def test_real_data_path_on_smollm2(smol):
     traces = json.loads((Path(prefixes["uri"]) / "traces.json").read_text())
     assert traces
     print(f"filter_hard + seed_prefixes on SmolLM2: {time.monotonic() - t0:.0f} s")
-    common = {"method": "vsr", "method_config": {"n": 2, "rho": 0.5}, "steps": 2, "batch_prompts": 2,
-              "max_new_tokens": 64, "prompt_template": "chat", "val_size": 2, "val_every": 2, "ckpt_every": 1,
-              "lr": 1e-6, "micro_batch": 2}
-    inputs = {"model": pre["uri"], "hard": hard["uri"], "prefixes": prefixes["uri"]}
-    trained = {}
-    for backend in ("embedded", "verl"):
-        t0 = time.monotonic()
-        trained[backend] = lineage.run_stage("train", {**common, "backend": backend}, inputs, sweep="smol")
-        s = trained[backend]["summary"]
-        assert s["steps"] == 2 and s["generated_tokens"] > 0, (backend, s)
-        assert (Path(trained[backend]["uri"]) / "model" / "config.json").is_file()
-        print(f"VSR 2 updates on SmolLM2, {backend}: {time.monotonic() - t0:.0f} s")
-    assert trained["verl"]["summary"]["backend"] == "verl"
+    return {"model": pre["uri"], "hard": hard["uri"], "prefixes": prefixes["uri"]}
+
+
+VSR_2_UPDATES = {"method": "vsr", "method_config": {"n": 2, "rho": 0.5}, "steps": 2, "batch_prompts": 2,
+                 "max_new_tokens": 64, "prompt_template": "chat", "val_size": 2, "val_every": 2, "ckpt_every": 1,
+                 "lr": 1e-6, "micro_batch": 2}
+
+
+@pytest.mark.parametrize("backend", ["embedded", "verl"])
+def test_two_vsr_updates_on_smollm2(smol_inputs, backend):
+    from components import lineage
+
+    t0 = time.monotonic()
+    res = lineage.run_stage("train", {**VSR_2_UPDATES, "backend": backend}, smol_inputs, sweep="smol")
+    s = res["summary"]
+    assert s["steps"] == 2 and s["generated_tokens"] > 0 and s.get("backend", "embedded") == backend, (backend, s)
+    assert (Path(res["uri"]) / "model" / "config.json").is_file()
+    rows = [json.loads(l) for l in (Path(res["uri"]) / "metrics.jsonl").read_text().splitlines()]
+    print(f"VSR 2 updates on SmolLM2, {backend}: {time.monotonic() - t0:.0f} s, rewards "
+          f"{[r['reward/mean'] for r in rows if 'reward/mean' in r]}, replay share "
+          f"{[r.get('groups/replay_frac') for r in rows if 'reward/mean' in r]}")
+
+
+def test_evaluate_math500_slice_on_vllm(smol, smol_inputs):
+    from components import lineage
+
     t0 = time.monotonic()
     ev = lineage.run_stage("evaluate", {"label": "smollm2-base", "benchmark": "math500", "max_problems": 8,
                                         "samples_per_seed": 2, "seeds": [0], "pass_ks": [1, 2],
                                         "max_new_tokens": 128, "prompt_template": "chat", "engine": "vllm"},
-                           {"model": pre["uri"], "hard": hard["uri"]}, sweep="smol")
+                           {"model": smol["pre"]["uri"], "hard": smol_inputs["hard"]}, sweep="smol")
     s = ev["summary"]
     assert 0.0 <= s["mean_at_k"] <= 1.0
     print(f"evaluate on MATH500[:8] (vLLM): {time.monotonic() - t0:.0f} s, mean@2 {s['mean_at_k']:.3f}")

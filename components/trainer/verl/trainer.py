@@ -110,10 +110,13 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         with variable group sizes (VSR, DAPO, PODS) keep one optimizer step per training step."""
         batch.meta_info["multi_turn"] = False
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        # the loss is a mean over the rows that carry loss: pad rows (update's divisor padding)
+        # must not dilute it, so global_batch_size counts rows with a response token
+        real_rows = max(1, int((batch.batch["response_mask"].sum(-1) > 0).sum()))
         td = left_right_2_no_padding(batch.to_tensordict())
         actor = self.config.actor_rollout_ref.actor
         tu.assign_non_tensor(td, calculate_entropy=bool(actor.calculate_entropy), distillation_use_topk=False,
-                             distillation_only=False, global_batch_size=len(batch), mini_batch_size=len(batch),
+                             distillation_only=False, global_batch_size=real_rows, mini_batch_size=len(batch),
                              epochs=actor.ppo_epochs, seed=actor.data_loader_seed,
                              dataloader_kwargs={"shuffle": actor.shuffle}, compute_loss=True)
         out = rename_dict(tu.get(self.actor_rollout_wg.update_actor(td), "metrics"), "actor/")
@@ -130,8 +133,10 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
         # pad to the data-parallel size with copies that carry no loss (fully masked rows are
         # excluded by every agg_loss mode), then balance tokens over ranks as verl does
+        # verl splits each rank's rows into micro-batches of exactly micro_batch (engine/utils.py:125
+        # asserts it): a step of 16 rows with micro_batch 64, or a variable-size VSR/DAPO step, crashed
         dp = self._get_dp_size(self.actor_rollout_wg, "actor")
-        data, pad = pad_dataproto_to_divisor(data, dp)
+        data, pad = pad_dataproto_to_divisor(data, dp * self.cfg.micro_batch)
         if pad:
             data.batch["response_mask"][-pad:] = 0
             data.batch["advantages"][-pad:] = 0

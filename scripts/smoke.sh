@@ -4,12 +4,14 @@
 #   bash scripts/smoke.sh --device cpu  [WORKDIR]   # this machine: the scale env (make scale-env)
 #   bash scripts/smoke.sh --device cuda [WORKDIR]   # one GPU, in the trainer image (verl[vllm]==0.9.1)
 #
-# 1. data: the synthetic task and a tiny Qwen2 policy (components.policy) saved to a dir,
-#    with hand-made "hard" and "prefixes" inputs in the train stage's layout;
+# 1. data: the synthetic task and a tiny Qwen2 policy (components.policy) pretrained on it
+#    (300 steps x 64, the scale tests' pretrain: it solves 3-5-term chains 34-61 % of the time,
+#    so rewards are not all 0), with "hard" and "prefixes" inputs in the train stage's layout;
 # 2. verl: 2 training steps of GRPO and 2 of VSR, rollouts from vLLM through verl's agent loop
 #    (on cpu: verl's FSDP actor over gloo and vLLM's CPU backend, components/trainer/verl/cpu_platform.py);
 # 3. evaluate: the evaluate stage's code with the vLLM engine on the GRPO model;
-# then a short report. PYTHON picks the interpreter (cpu default: .venv-scale/bin/python).
+# then a short report, which fails when a run's rewards are all 0 (no learning signal).
+# PYTHON picks the interpreter (cpu default: .venv-scale/bin/python).
 set -euo pipefail
 
 DEVICE=""
@@ -42,17 +44,25 @@ if [[ "$DEVICE" == cuda ]]; then nvidia-smi --query-gpu=name,memory.total --form
 
 echo "== 1. tiny policy and inputs -> $WORK"
 "$PY" - "$WORK" <<'PYEOF'
-import json, sys
+import json, sys, time
 from pathlib import Path
+import torch
 from components.data.schema import write_problems
 from components.data.synthetic import generate_problems
 from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+from components.policy.pretraining import pretrain_policy
 from components.policy.tokenizer import build_tokenizer
 
 work = Path(sys.argv[1])
+torch.set_num_threads(1)
 tok = build_tokenizer()
-save_policy(build_policy(TinyPolicyConfig(), tok, seed=0), tok, work / "model" / "model")
-problems = generate_problems(48, [3, 4, 5], seed=0, operand_digits=1)
+model = build_policy(TinyPolicyConfig(), tok, seed=0)
+t0 = time.monotonic()
+corpus = generate_problems(2000, {3: 0.3, 4: 0.3, 5: 0.2, 6: 0.15, 7: 0.05}, seed=11, operand_digits=1)
+info = pretrain_policy(model, tok, corpus, steps=300, batch_size=64, lr=3e-3, warmup=20, seed=0, progress=False)
+print(f"pretrain: loss {info['final_loss']:.3f} in {time.monotonic() - t0:.0f} s")
+save_policy(model, tok, work / "model" / "model")
+problems = generate_problems(48, [3, 4, 5], seed=0, operand_digits=1, exclude={p.uid for p in corpus})
 (work / "hard").mkdir(exist_ok=True)
 write_problems(work / "hard" / "train.jsonl", problems[:32])
 write_problems(work / "hard" / "heldout.jsonl", problems[32:])
@@ -102,6 +112,8 @@ for name in ("train-grpo", "train-vsr"):
     rewards = [r["reward/mean"] for r in rows if "reward/mean" in r]
     print(f"{name}: steps {s['steps']}, rollouts {s['rollouts']}, generated tokens {s['generated_tokens']}, "
           f"rewards {rewards}, val {s['final_val_accuracy']}, model files {sorted(p.name for p in (work / name / 'model').iterdir())}")
+    if not rewards or max(rewards) <= 0:
+        sys.exit(f"{name}: every training reward is 0 ({rewards}): no learning signal")
 print("evaluate:", (work / "eval-grpo").exists() and sorted(p.name for p in (work / "eval-grpo").iterdir()))
 print(f"wall time {time.time() - start:.0f}s (budget {budget}s)")
 PYEOF

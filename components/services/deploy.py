@@ -156,6 +156,10 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
             # periodic re-parse (about 1 CPU-s each time) can stay at Airflow's default pace
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            # a workstation's scheduler shares its cores with the training stages: at load ~10 on
+            # 2 cores its 5 s heartbeat was seen > 30 s (the default) late while it kept scheduling
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "120",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"}
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import string
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from components.policy.model import TinyPolicyConfig
-from components.policy.tokenizer import EOS, PAD, QWEN2_PRETOKENIZE_REGEX, UNK
+from components.policy.tokenizer import tokenizer_of_symbols
 
 AGENT_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n" + "\u221a"
 
@@ -27,18 +27,5 @@ def build_agent_tokenizer(chars: str = AGENT_CHARS, max_positions: int | None = 
                           ) -> PreTrainedTokenizerFast:
     """Character tokenizer (``components.policy.build_tokenizer``'s pipeline): ``<pad>`` id 0,
     ``<eos>``, ``<unk>``, then one id per byte symbol of ``chars``."""
-    vocab = {PAD: 0, EOS: 1, UNK: 2}
-    for ch in chars:
-        for sym in _byte_symbols(ch):
-            vocab.setdefault(sym, len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False, byte_fallback=False,
-                               continuing_subword_prefix="", end_of_word_suffix="", dropout=None))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([PAD, EOS, UNK])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK,
-                                   clean_up_tokenization_spaces=False, padding_side="left",
-                                   model_max_length=max_positions or TinyPolicyConfig().max_positions)
+    return tokenizer_of_symbols([sym for ch in chars for sym in _byte_symbols(ch)],
+                                max_positions or TinyPolicyConfig().max_positions)

@@ -30,21 +30,10 @@ from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
 from components.progress import step_progress
 from components.trainer import checkpoint
+from components.trainer.loop import batch_order
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
 
-__all__ = ["EpisodeTrainer", "turn_rows", "seed_batch", "success_rate"]
-
-
-def seed_batch(n: int, seed: int, step: int, batch: int) -> list[int]:
-    """Indices of the step's map seeds: epochs of seeded permutations, concatenated."""
-    out, pos = [], step * batch
-    while len(out) < batch:
-        epoch, off = divmod(pos, n)
-        perm = np.random.default_rng([seed, epoch]).permutation(n)
-        take = min(batch - len(out), n - off)
-        out.extend(perm[off:off + take].tolist())
-        pos += take
-    return out
+__all__ = ["EpisodeTrainer", "turn_rows", "success_rate"]
 
 
 def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group]:
@@ -141,7 +130,7 @@ class EpisodeTrainer:
         with step_progress(f"train {c.method} s{c.seed} (episodes)", c.steps, start) as bar:
             for step in range(start, c.steps):
                 t0 = time.monotonic()
-                batch = [train_seeds[i] for i in seed_batch(len(train_seeds), c.seed, step, c.batch_seeds)]
+                batch = [train_seeds[i] for i in batch_order(len(train_seeds), c.seed, step, c.batch_seeds)]
                 starts = self.method.starts(batch, step, np.random.default_rng([c.seed, step, 17]))
                 before = self.meter.totals("train_rollout")
                 with self.meter.tagged(step=step):

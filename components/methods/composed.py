@@ -33,7 +33,7 @@ from pydantic import Field
 
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
-from components.methods.vigor import VIGOR, VIGORConfig, bernoulli_var
+from components.methods.vigor import VIGOR, VIGORConfig, bernoulli_var, merge_round
 from components.methods.vip import VIP, VIPConfig, allocate, f_var
 from components.methods.vsr import VSR, VSRConfig
 
@@ -72,19 +72,7 @@ def progressive_rounds(items: Sequence[tuple], schedule: Sequence[tuple[int, int
             var = np.array([bernoulli_var(merged[i].rewards) for i in active])
             order = np.lexsort((rng.random(len(active)), -var))
             active = sorted(active[j] for j in order[:a])
-        for i, g in zip(active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t)):
-            if t == 0:
-                g.meta.update(rounds=1, round_of_sample=[0] * g.n)
-                merged.append(g)
-                continue
-            m = merged[i]
-            m.responses += g.responses
-            m.texts += g.texts
-            m.rewards += g.rewards
-            m.reasons += g.reasons
-            m.finish_reasons += g.finish_reasons
-            m.meta["rounds"] = t + 1
-            m.meta["round_of_sample"] += [t] * g.n
+        merge_round(merged, active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t), t)
     return merged
 
 

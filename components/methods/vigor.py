@@ -104,20 +104,7 @@ class VIGOR(Method):
                 tie = rng.random(len(active))
                 order = np.lexsort((tie, -var))          # highest variance first, random ties
                 active = sorted(active[j] for j in order[:a])
-            groups = ctx.sample_groups([items[i] for i in active], per, seed_offset=t)
-            for i, g in zip(active, groups):
-                if t == 0:
-                    g.meta.update(rounds=1, round_of_sample=[0] * g.n)
-                    merged.append(g)
-                    continue
-                m = merged[i]
-                m.responses += g.responses
-                m.texts += g.texts
-                m.rewards += g.rewards
-                m.reasons += g.reasons
-                m.finish_reasons += g.finish_reasons
-                m.meta["rounds"] = t + 1
-                m.meta["round_of_sample"] += [t] * g.n
+            merge_round(merged, active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t), t)
         return merged
 
     def rollouts_per_step(self, batch_size: int) -> int:
@@ -134,3 +121,21 @@ class VIGOR(Method):
         if self.graph is not None:
             self.step = int(state["step"])
             self.graph.load_state_dict(state["graph"])
+
+
+def merge_round(merged: list[Group], active: Sequence[int], groups: Sequence[Group], t: int) -> None:
+    """Round ``t``'s groups (one per index in ``active``) into ``merged``: round 0 starts the
+    groups, a later round appends its samples to the prompt's group and records the round."""
+    for i, g in zip(active, groups):
+        if t == 0:
+            g.meta.update(rounds=1, round_of_sample=[0] * g.n)
+            merged.append(g)
+            continue
+        m = merged[i]
+        m.responses += g.responses
+        m.texts += g.texts
+        m.rewards += g.rewards
+        m.reasons += g.reasons
+        m.finish_reasons += g.finish_reasons
+        m.meta["rounds"] = t + 1
+        m.meta["round_of_sample"] += [t] * g.n

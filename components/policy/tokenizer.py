@@ -39,9 +39,15 @@ def _byte_level(ch: str) -> str:
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """Character tokenizer; ``<pad>`` is id 0, then ``<eos>``, ``<unk>``, then ``CHARS``."""
+    return tokenizer_of_symbols([_byte_level(ch) for ch in CHARS], MAX_POSITIONS)
+
+
+def tokenizer_of_symbols(symbols, max_positions: int) -> PreTrainedTokenizerFast:
+    """A BPE tokenizer with no merges over byte-level ``symbols`` (ids 3.. in order, repeats
+    dropped) behind Qwen2's pre-tokenizer split: ``<pad>`` 0, ``<eos>`` 1, ``<unk>`` 2."""
     vocab = {PAD: 0, EOS: 1, UNK: 2}
-    for ch in CHARS:
-        vocab.setdefault(_byte_level(ch), len(vocab))
+    for sym in symbols:
+        vocab.setdefault(sym, len(vocab))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False, byte_fallback=False,
                                continuing_subword_prefix="", end_of_word_suffix="", dropout=None))
     tok.normalizer = normalizers.NFC()
@@ -52,7 +58,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok.add_special_tokens([PAD, EOS, UNK])
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK,
                                    clean_up_tokenization_spaces=False, padding_side="left",
-                                   model_max_length=MAX_POSITIONS)
+                                   model_max_length=max_positions)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

@@ -31,6 +31,7 @@ snapshot (``steps.snapshot``, in this process) and a placeholder parent run id, 
 MLflow; end-sweep does nothing. The tests use it to read the calls of paper-scale sweeps
 that cannot run here; the real path of every step is what a run without ``dry_run`` takes.
 """
+import builtins
 import contextlib
 import json
 import os
@@ -43,7 +44,7 @@ from pathlib import Path
 import yaml
 from google.protobuf import json_format
 from kfp import components, local
-from kfp.local import io, status, subprocess_task_handler
+from kfp.local import io, logging_utils, status, subprocess_task_handler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from components import stage_graph
@@ -158,6 +159,20 @@ DRY = {"stage": _dry_stage, "start-sweep": _dry_start, "end-sweep": lambda cmd: 
 
 
 @contextlib.contextmanager
+def _plain_print():
+    """kfp.local indents a task's prints by swapping ``builtins.print`` for a wrapper and back;
+    its DAG orchestrator runs tasks on threads, so interleaved swaps leak wrappers that nest one
+    level deeper per task (a 200-task dry run spent minutes per task and wrote 900 MB of
+    indentation). Our steps print from their own processes, so the indentation is not needed."""
+    original_cm, original_print = logging_utils.indented_print, builtins.print
+    logging_utils.indented_print = lambda num_spaces=4: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        logging_utils.indented_print, builtins.print = original_cm, original_print
+
+
+@contextlib.contextmanager
 def _handler(env: dict, dry_run: bool, log: Path):
     # kfp's task dispatcher looks the class up on the module at each task
     original = subprocess_task_handler.SubprocessTaskHandler
@@ -188,7 +203,7 @@ def run_local(file: str | Path, home: str | Path, bin_dir: str | None = None, dr
                raise_on_error=True)
     t0 = time.monotonic()
     error = None
-    with _handler(env, dry_run, log_path), _loop_items(_loop_bindings(spec)):
+    with _plain_print(), _handler(env, dry_run, log_path), _loop_items(_loop_bindings(spec)):
         try:
             pipeline(**(arguments or {}))
         except Exception as e:  # noqa: BLE001 - a failed step or kfp.local itself: reported with the steps run

@@ -8,7 +8,7 @@ final weights are identical, and which keys differ.
     python bench/trainer_reference.py --save /tmp/ref.json
     python bench/trainer_reference.py --compare /tmp/ref.json [--cases grpo,dapo]
 
-Tiny random policy (``tests/tiny.py``), synthetic problems, a deterministic reward on the
+Tiny random policy (``tests/support/tiny.py``), synthetic problems, a deterministic reward on the
 text (mixed groups from an untrained policy), 3 steps, one torch thread.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 BASE = {"steps": 3, "batch_prompts": 4, "max_new_tokens": 12, "val_size": 2, "val_samples": 1,
         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, "seed": 3}

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-# session fixtures on a real `rlvr services up` deployment (tests/browser, tests/services)
+# session fixtures (tests/support/live_services.py) on a real `rlvr services up` deployment (tests/browser, tests/services)
 from live_services import live_services, services_sweep  # noqa: F401,E402
 
 # The machine has 2 cores; tests never need more than one torch thread each.
@@ -26,6 +26,6 @@ def tok():
 
 @pytest.fixture(scope="module")
 def model(tok):
-    """tests/tiny.py's policy, fresh per test module (modules may train it in place)."""
+    """tests/support/tiny.py's policy, fresh per test module (modules may train it in place)."""
     from tiny import tiny_test_policy
     return tiny_test_policy(tok)

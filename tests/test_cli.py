@@ -22,7 +22,7 @@ from components import lineage
 from components.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"
 SWEEP = """\
 name: clitest
 seeds: [0]
@@ -43,7 +43,7 @@ def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "MLFLOW_", "TOY_", "RLVR_"))}
     env.update({"RLVR_HOME": str(home), lineage.OVERRIDES_ENV: json.dumps(toy_stages.OVERRIDES),
-                "PYTHONPATH": os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "PYTHONPATH": os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                 "TOY_CALLS": str(home.parent / "calls.txt")})
     return env
 

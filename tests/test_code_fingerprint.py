@@ -16,7 +16,7 @@ import toy_stages
 from components import code_fingerprint as cf
 from components import lineage, receipts
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent / "support"
 
 
 @pytest.fixture(autouse=True)
@@ -156,11 +156,11 @@ def test_missing_stage_module_is_an_error():
 
 @pytest.fixture
 def toy_copy(tmp_path, monkeypatch):
-    """tests/toy_stages.py copied into a fresh package, registered as the stages, with a store."""
+    """tests/support/toy_stages.py copied into a fresh package, registered as the stages, with a store."""
     root = tmp_path / "src"
     (root / "toycopy").mkdir(parents=True)
     (root / "toycopy" / "__init__.py").write_text("")
-    shutil.copy(TESTS / "toy_stages.py", root / "toycopy" / "stages.py")
+    shutil.copy(SUPPORT / "toy_stages.py", root / "toycopy" / "stages.py")
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -1,5 +1,5 @@
 """The stages' pretrained-model path (what the paper sweeps use for Qwen / Llama), on a
-checkpoint in the real HF layout built offline (tests/hf_fixture.py): pretrain registers it
+checkpoint in the real HF layout built offline (tests/support/hf_fixture.py): pretrain registers it
 without copying, filter_hard and evaluate render prompts with its chat template and stop on
 its stop ids. A hub id that is not in the offline cache fails with one line."""
 from __future__ import annotations

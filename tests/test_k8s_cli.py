@@ -1,6 +1,6 @@
 """`rlvr run-stage ... --xcom-file F` (what a GPU stage pod runs): F holds exactly the JSON
 printed on stdout, is written atomically, and nothing is written when the stage fails.
-Toy stages (tests/toy_stages.py) through the real lineage cache and MLflow on SQLite."""
+Toy stages (tests/support/toy_stages.py) through the real lineage cache and MLflow on SQLite."""
 from __future__ import annotations
 
 import json

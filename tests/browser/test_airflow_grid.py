@@ -1,5 +1,5 @@
 """The Airflow UI of the deployment after the tiny GRPO + VSR sweep ran through it
-(tests/live_services.py): the run's grid shows every task, every task instance succeeded,
+(tests/support/live_services.py): the run's grid shows every task, every task instance succeeded,
 and the mapped train / evaluate tasks carry their readable labels (map_index_template)."""
 from __future__ import annotations
 

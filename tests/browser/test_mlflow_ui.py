@@ -1,5 +1,5 @@
 """The MLflow UI of the deployment's tracking server after the tiny GRPO + VSR sweep ran
-through Airflow (tests/live_services.py): the page `rlvr ui` points at opens on the sweep's
+through Airflow (tests/support/live_services.py): the page `rlvr ui` points at opens on the sweep's
 runs with readable names, and the compare page of the two training runs shows the method
 difference and both training curves."""
 from __future__ import annotations

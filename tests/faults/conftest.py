@@ -26,8 +26,8 @@ def subprocess_env(home: Path, overrides: dict[str, str] | None = None, **extra:
     """The environment of a child `rlvr` process: this home, these stage overrides, nothing
     inherited from the caller's RLVR_/MLFLOW_/AIRFLOW/TOY_/FAULT_ settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "TOY_", "RLVR_", "FAULT_"))}
-    env.update({"RLVR_HOME": str(home), "OMP_NUM_THREADS": "1",
-                "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
+    path = [str(TESTS / "support"), str(TESTS), str(REPO), env.get("PYTHONPATH", "")]  # toy_stages, faults.*
+    env.update({"RLVR_HOME": str(home), "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(path).rstrip(os.pathsep)})
     if overrides:
         env[lineage.OVERRIDES_ENV] = json.dumps(overrides)
     env.update(extra)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RLVR = [sys.executable, "-m", "components.cli"]
 TINY_SWEEP = """\
 name: browser_tiny

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("readme_tables", Path(__file__).resolve().parents[1] / "scripts" / "readme_tables.py")
+spec = importlib.util.spec_from_file_location("readme_tables", Path(__file__).resolve().parents[2] / "scripts" / "readme_tables.py")
 rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)
 

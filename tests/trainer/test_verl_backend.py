@@ -18,7 +18,7 @@ from components.engine.base import Request, SamplingParams, TokenMeter
 from components.methods.base import Group, RolloutContext
 from components.trainer.train_config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 torch.set_num_threads(2)
 
 

@@ -18,7 +18,7 @@ from components.data.schema import DataError, Problem, level_number, number_to_a
 
 ROOT = benchmark_root()
 MANIFEST = list(csv.DictReader((ROOT / "MANIFEST.tsv").open(), delimiter="\t"))
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data")  # the staged originals (present on the dev machine only)
 
 

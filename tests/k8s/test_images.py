@@ -24,7 +24,7 @@ import yaml
 from docker.utils.build import exclude_paths
 from dockerfile_parse import DockerfileParser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "images" / "pipeline" / "Dockerfile"
 TRAINER = REPO / "images" / "trainer" / "Dockerfile"
 DOCKERFILES = [PIPELINE, TRAINER]

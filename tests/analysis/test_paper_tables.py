@@ -10,7 +10,7 @@ import pytest
 
 from analysis import paper as P
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 # the staged texts: the VSR paper, VIGOR (arXiv 2607.22002), an AI summary of VIP (arXiv 2602.01601)
 VSR_TEXT, VIGOR_TEXT, VIP_TEXT = "000_61b9682023dfd83a.txt", "002_8e07868770102ea3.txt", "004_ae8eb0dbbde90635.txt"
 

@@ -15,7 +15,7 @@ import pytest
 
 from components.reward.grader import Grader, GraderError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # An Airflow task's __main__ in miniature: Airflow is imported with a working configuration,
 # then the task sandbox replaces the metadata DB URL, so re-importing this module in a child

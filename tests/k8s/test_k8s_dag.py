@@ -23,7 +23,7 @@ from components import lineage
 from components.k8s.settings import DEFAULT_RESOURCES
 from components.sweep import load_sweep, slug
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 PAPER = ("vsr_table1", "vigor_table1", "vip_table")
 GPU = ("filter_hard", "train", "evaluate")

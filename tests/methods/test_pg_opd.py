@@ -151,7 +151,7 @@ def test_no_teacher_fails_loudly(parts):
 
 
 def test_verl_distillation_settings_exist_in_verl_config():
-    yaml_path = next(Path(__file__).resolve().parents[1].glob(
+    yaml_path = next(Path(__file__).resolve().parents[2].glob(
         ".venv-scale/lib/python3*/site-packages/verl/trainer/config/_generated_ppo_trainer.yaml"), None)
     if yaml_path is None:
         pytest.skip("verl 0.9.1 is not installed here (.venv-scale: make scale-env)")

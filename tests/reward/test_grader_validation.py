@@ -16,7 +16,7 @@ from components.data.benchmarks import BENCHMARKS, load_benchmark
 from components.reward.grader import Grader
 
 _spec = importlib.util.spec_from_file_location(
-    "grader_validation", Path(__file__).resolve().parents[1] / "bench" / "grader_validation.py")
+    "grader_validation", Path(__file__).resolve().parents[2] / "bench" / "grader_validation.py")
 gv = sys.modules.setdefault("grader_validation", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(gv)  # registered first: dataclasses look their module up
 

@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 OVERLAYS = ["dev", "prod"]
 K8S_VERSION = "1.31"

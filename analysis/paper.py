@@ -1,7 +1,7 @@
 """The papers' own numbers, as data, so the sweep's tables can show them side by side.
 
 Every value is transcribed from the papers (the table or paragraph and the row are named in
-each block's ``source``); ``tests/test_paper_tables.py`` re-reads the papers' texts, where they
+each block's ``source``); ``tests/analysis/test_paper_tables.py`` re-reads the papers' texts, where they
 are staged beside the project, and checks the transcription. Values are percentages (accuracy x 100)
 unless ``metric`` says otherwise.
 

@@ -12,7 +12,7 @@ For every benchmark gold (after the loader's answer rules) the Grader grades:
   must be wrong.
 
 Run ``python bench/grader_validation.py [--out misses.json]``: prints the rate per benchmark
-and kind, then every miss with its grade reason. The test (tests/test_grader_validation.py)
+and kind, then every miss with its grade reason. The test (tests/reward/test_grader_validation.py)
 imports ``build_cases`` / ``run_cases`` from here.
 """
 from __future__ import annotations

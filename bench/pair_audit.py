@@ -5,7 +5,7 @@ vectors; the prefix predictor tracks the rewards and wrong candidates cost more,
 design continues correct candidates more often. Over many designs drawn from the same
 continuation probabilities: the Horvitz-Thompson pair estimator's mean against the
 complete-pair (all K completed) gradient, and the unweighted adaptive estimator's (RLOO over
-the completed candidates). Same population and design as tests/test_methods_pair.py.
+the completed candidates). Same population and design as tests/methods/test_pair.py.
 
     .venv/bin/python bench/pair_audit.py [--draws 200000] [--seed 7]
 """

@@ -1,7 +1,7 @@
 """The stage graph of a sweep: which stage is called for which cell, with which params and
 which upstream artifacts as inputs. Orchestrator-neutral (pydantic + stdlib only): the
 Kubeflow pipeline (``components/kfp``) runs these calls as they are, and
-``tests/kfp/test_same_graph.py`` checks that the Airflow DAG (``dags/rlvr_sweep.py``)
+``tests/kfp/test_kfp_same_graph.py`` checks that the Airflow DAG (``dags/rlvr_sweep.py``)
 makes exactly the same calls for every sweep in ``dags/sweeps``.
 
 A stage's upstream results are ``rlvr run-stage`` results (``{"uri", "run_id", ...}``)

@@ -1,7 +1,7 @@
 """Outcome-reward advantage estimators (one scalar reward per response).
 
 Conventions follow verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` exactly (docs/methods.md §1),
-and ``tests/test_algos.py`` checks them against verl itself on random inputs:
+and ``tests/algos/test_advantages_losses.py`` checks them against verl itself on random inputs:
 
 * GRPO (``compute_grpo_outcome_advantage``): A_i = (r_i - mean_g) / (std_g + eps) with
   ``torch.std`` = the UNBIASED estimate (ddof = 1), eps = 1e-6. A singleton group uses

@@ -1,7 +1,7 @@
 """Policy-gradient losses: loss aggregation, the clipped PPO/GRPO surrogate and KL penalties.
 
 All conventions follow verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` (docs/methods.md §1
-and §8), single data-parallel rank (``dp_size=1``, no global batch info); ``tests/test_algos.py``
+and §8), single data-parallel rank (``dp_size=1``, no global batch info); ``tests/algos/test_advantages_losses.py``
 checks each function against verl itself on random inputs.
 
 * :func:`agg_loss` = verl ``agg_loss``. Modes:

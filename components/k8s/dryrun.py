@@ -16,7 +16,7 @@ of each kubernetes sweep with placeholder upstream results (dicts shaped like wh
 Prints one JSON report on its last stdout line (DAG shapes, mapped kwargs, Pods as the
 API would receive them; ``pods[...][i]["pod"]`` can go to ``kubectl apply --dry-run=server``).
 Airflow fixes its configuration at first import: run it in its own process with the
-AIRFLOW_HOME you want. tests/test_k8s_dag.py checks its output.
+AIRFLOW_HOME you want. tests/k8s/test_k8s_dag.py checks its output.
 """
 from __future__ import annotations
 

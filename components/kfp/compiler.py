@@ -1,7 +1,7 @@
 """A sweep file compiled to a Kubeflow Pipelines v2 pipeline (IR YAML). kfp venv only.
 
 The pipeline is the stage graph of ``components/stage_graph.py``, the one the Airflow DAG
-runs (``tests/kfp/test_same_graph.py`` compares the two):
+runs (``tests/kfp/test_kfp_same_graph.py`` compares the two):
 
     exit handler "sweep" (end-sweep closes the MLflow parent run, FINISHED or FAILED)
       start-sweep                      snapshot of the sweep (+ the run's seeds / methods)

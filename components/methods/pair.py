@@ -29,7 +29,7 @@ choice is a config knob marked [ours].
       A_i = 1/(K-1) sum_{j completed, j != i} (r_i - r_j) / (pi_i pi_j),
   exactly RLOO's when every candidate is completed. Under "conditionally independent on-policy
   rollouts and an unclipped, unstandardized objective" (1/K) sum_completed A_i grad log pi(y_i)
-  is design-unbiased for the complete-pair gradient (tests/test_methods_pair.py simulates it).
+  is design-unbiased for the complete-pair gradient (tests/methods/test_pair.py simulates it).
   The trainer averages its loss over the batch's sequences; ``scale_to_candidates`` (default)
   multiplies every A_i by (sequences in the batch) / (candidates in the batch), so its 1/rows
   becomes the estimator's 1/K. The trainer takes them from ``sample_advantages``.

@@ -2,7 +2,7 @@
 
 A replayed prefix sits in ``Group.context_ids`` and so lands on the context side of
 every sequence: the response mask is 1 only on generated tokens. That is the whole
-"prefix tokens are masked from the loss" rule, and ``tests/test_trainer.py`` checks it.
+"prefix tokens are masked from the loss" rule, and ``tests/trainer/test_trainer.py`` checks it.
 """
 from __future__ import annotations
 

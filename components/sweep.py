@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
 from components.k8s.settings import KubernetesSettings
+from components.agentic.registry import available as episodic_available
 from components.methods.registry import available
 
 STAGE_NAMES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes",
@@ -45,9 +46,14 @@ class SweepError(ValueError):
     """A sweep file is unusable; ``str(err)`` is one line naming file and field."""
 
 
-def known_methods() -> tuple[str, ...]:
-    """The registered methods (``components.methods.registry``: names only, no torch)."""
-    return tuple(available())
+# the method registry of each task (``stages.train.task``; none = math): names only, no torch
+_TASK_METHODS = {None: available, "agentic": episodic_available}
+
+
+def known_methods(task: str | None = None) -> tuple[str, ...]:
+    """The methods registered for ``task`` (``components.methods.registry`` for math,
+    ``components.agentic.registry`` for agentic): names only, no torch."""
+    return tuple(_TASK_METHODS[task]())
 
 
 def slug(text: str) -> str:
@@ -139,12 +145,7 @@ class Sweep(_Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, v: list[str]) -> list[str]:
-        _no_duplicates(v, "method")
-        known = known_methods()
-        for m in v:
-            if m not in known:
-                raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
-        return v
+        return _no_duplicates(v, "method")
 
     @field_validator("benchmarks")
     @classmethod
@@ -169,14 +170,24 @@ class Sweep(_Strict):
             raise ValueError("heldout_eval: false needs at least one entry in benchmarks")
         return self
 
-    @field_validator("method_config", "method_train")
-    @classmethod
-    def _method_config(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        known = known_methods()
-        for m in v:
-            if m not in known:
-                raise ValueError(f"unknown method {m!r} (known: {', '.join(known)})")
-        return v
+    @model_validator(mode="after")
+    def _methods_known(self) -> "Sweep":
+        # a method is a name in the registry of the task its train stage runs (math or agentic);
+        # its config is checked against the method's Config by the pre-flight (the train stage's
+        # params), which may import torch; this runs at DAG-parse time and must not
+        tasks = {m: self.task_of(m) for m in [*self.methods, *self.method_config, *self.method_train]}
+        for m, task in tasks.items():
+            if task not in _TASK_METHODS:
+                where = f"method_train.{m}" if "task" in self.method_train.get(m, {}) else "stages.train"
+                known_tasks = ", ".join(t for t in _TASK_METHODS if t)
+                raise FieldError(f"{where}.task", f"unknown task {task!r} (known: {known_tasks}; none = math)")
+        for field in ("methods", "method_config", "method_train"):
+            for m in getattr(self, field):
+                known = known_methods(tasks[m])
+                if m not in known:
+                    on = "" if tasks[m] is None else f" for task {tasks[m]}"
+                    raise FieldError(field, f"unknown method {m!r}{on} (known: {', '.join(known)})")
+        return self
 
     @model_validator(mode="after")
     def _response_budget(self) -> "Sweep":
@@ -223,6 +234,10 @@ class Sweep(_Strict):
         return self
 
     # ---- derived views used by the DAG factory ----
+    def task_of(self, method: str) -> str | None:
+        """The task ``method``'s train stage runs (its ``task`` param; None = math)."""
+        return {**self.stages.train, **self.method_train.get(method, {})}.get("task")
+
     def teacher_of(self, method: str) -> str | None:
         """The model whose pretrain output is ``method``'s teacher (``method_config.<m>.teacher``)."""
         return self.method_config.get(method, {}).get("teacher")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from components.error_text import FieldError, validation_problem
 from components.stages.base import StageParams
 
 
@@ -41,15 +42,15 @@ class EpisodeTrainConfig(StageParams):
 
     @model_validator(mode="after")
     def _method_episodic(self):
-        from components.agentic.methods import episodic_config
+        from components.agentic.registry import method_class
 
         try:
-            episodic_config(self.method, self.method_config)
-        except ValueError as e:
-            errs = getattr(e, "errors", None)
-            if errs:
-                err = errs()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise ValueError(f"method_config.{where}: {err['msg']} (method {self.method})") from None
-            raise ValueError(f"method: {e}") from None
+            cls = method_class(self.method)
+        except KeyError as e:
+            raise FieldError("method", e.args[0]) from None
+        try:   # reported as the math trainer's config reports it (train_config.TrainConfig)
+            cls.Config(**self.method_config)
+        except ValidationError as e:
+            field, problem = validation_problem(e, unknown="unknown parameter")
+            raise FieldError(f"method_config.{field}", f"{problem} (method {self.method})") from None
         return self

@@ -16,9 +16,13 @@ same thing on either task:
   ``n`` continuations; the replayed turns are context (no training row).
 * ``vsr_no_scoring``: replay states drawn uniformly (the paper's BabyAI "uniform replay").
 * ``vsr_no_recency``: the buffer fills for ``freeze_after`` updates and is then held fixed.
+* ``trace``: TRACE (``components.agentic.trace``): groups go to map seeds and turn prefixes
+  of recent episodes by a shared success predictor's p_hat (1 - p_hat).
 
 Budget: every method generates ``n`` episodes per batch element (``episodes_per_step``).
-A method without an episodic form (sft, dapo, ...) is refused by :func:`build_episodic`.
+The names are registered in ``components.agentic.registry`` (names only, no torch: sweep
+validation reads them); a method without an episodic form (sft, dapo, ...) is refused by
+:func:`build_episodic`.
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
+from components.agentic.registry import available, method_class
 from components.agentic.rollout import EpisodeRun, Start
-from components.agentic.trace import TRACE
 from components.methods.base import MethodConfig
 from components.methods.vsr import sigma_hat
 
@@ -210,15 +214,20 @@ class EpisodicVSRNoRecency(EpisodicVSR):
     Config = EpisodicVSRNoRecencyConfig
 
 
-EPISODIC: dict[str, type] = {"grpo": Fresh, "vsr": EpisodicVSR, "vsr_no_scoring": EpisodicVSRNoScoring,
-                             "vsr_no_recency": EpisodicVSRNoRecency, "trace": TRACE}
-
-
 def episodic_config(name: str, config: dict[str, Any] | None):
-    if name not in EPISODIC:
-        raise ValueError(f"method {name!r} has no episodic form (episodic methods: {', '.join(EPISODIC)})")
-    return EPISODIC[name].Config(**(config or {}))
+    """``name``'s validated config; ValueError when it has no episodic form (a bad field:
+    pydantic's ValidationError, also a ValueError)."""
+    try:
+        cls = method_class(name)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    return cls.Config(**(config or {}))
 
 
 def build_episodic(name: str, config: dict[str, Any] | None = None):
-    return EPISODIC[name](episodic_config(name, config))
+    return method_class(name)(episodic_config(name, config))
+
+
+# name -> class of every registered episodic method. The registry (names only, for DAG parsing)
+# is the one list; its entries that point into this module resolve to the classes above.
+EPISODIC: dict[str, type] = {name: method_class(name) for name in available()}

@@ -1,6 +1,15 @@
 """A multi-turn verl agent loop that drives a text environment (verl 0.9.1 ``AgentLoopBase``).
 
-One call of :meth:`EpisodeAgentLoop.run` plays one episode as one serialized trajectory, the
+One call of :meth:`EpisodeAgentLoop.run` plays one episode, in one of two layouts (``layout``):
+
+``turns`` (:func:`play_turns`): every turn's context is the environment's own prompt
+(instruction + the last turns of history + current state, ``env.prompt()``), exactly what the
+embedded rollout (``components.agentic.rollout``) sends and what verl-agent trains on; each
+generated turn becomes one training row on the driver (``components.agentic.verl_trainer``),
+its prompt on the context side, so no observation token is ever in a response. The row's
+tensors carry the first turn; the whole episode travels in ``extra_fields['episode']``.
+
+``serialized`` (:func:`run_episode`): the episode as one serialized trajectory, the
 paper's representation ("a serialized interaction history consisting of the task instruction,
 previous actions, environment feedback, and current observations"; seed 000, appendix D):
 
@@ -32,8 +41,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-__all__ = ["EpisodeTokens", "run_episode", "observation_text", "token_advantages",
-           "train_agentic_with_verl"]
+__all__ = ["EpisodeTokens", "run_episode", "play_turns", "observation_text", "token_advantages",
+           "LAYOUTS"]
+
+LAYOUTS = ("turns", "serialized")
+TURN_SEED_STRIDE = 7_919    # the embedded rollout's per-turn sampling seed stride
 
 Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], list[float] | None]]]
 
@@ -48,6 +60,7 @@ class EpisodeTokens:
     rewards: list[float] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    valid: list[bool] = field(default_factory=list)
     won: bool = False
     truncated: bool = False
 
@@ -137,6 +150,7 @@ async def run_episode(generate: Generate, tokenizer, make_env: Callable, seed: i
         _, r, done, info = env.step(text)
         ep.rewards.append(float(r))
         ep.actions.append(text)
+        ep.valid.append(bool(info["action_is_valid"]))
         ep.won = bool(info["won"])
         if not done:
             obs = ser.observation(observation_text(env, r), out_ids)
@@ -163,13 +177,48 @@ def token_advantages(spans: Sequence[tuple[int, int]], turn_advantages: Sequence
     return out
 
 
-def train_agentic_with_verl(params, ctx) -> dict:
-    """The agentic train stage on verl: not wired yet (see the module docstring for what exists)."""
-    raise NotImplementedError(
-        "train (task: agentic, backend: verl): the verl trainer does not yet drive episodes. What exists: "
-        "components/agentic/verl_loop.py (multi-turn AgentLoopBase, observation tokens masked, tested "
-        "offline); what is missing: a verl trainer loop that sends EpisodeAgentLoop requests (map seed, "
-        "replayed prefix) and applies token_advantages before update_actor. Use backend: embedded.")
+async def play_turns(generate: Generate, tokenizer, make_env: Callable, seed: int, prefix: Sequence[str] = (),
+                     *, sampling_params: dict, template: str = "raw", max_prompt_length: int) -> dict[str, Any]:
+    """One episode, each turn prompted with the environment's own prompt (layout ``turns``).
+
+    The sampling seed of turn t is ``seed + 7919 t`` (the embedded rollout's stride). A turn's
+    prompt longer than ``max_prompt_length`` tokens raises: verl would left-truncate it.
+    Returns ``{"turns": [...], "won", "done"}``; a turn holds its context and reply ids, the
+    reply text, reward, anchor state, whether the action parsed, and ``finish_reason``."""
+    from components.agentic.rollout import prompt_encoder
+    from components.envs.base import EnvError
+
+    encode = prompt_encoder(tokenizer, template)
+    eos = tokenizer.eos_token_id
+    env = make_env()
+    env.reset(seed)
+    for i, a in enumerate(prefix):             # a VSR replay state: replayed, not generated
+        if env.done:
+            raise EnvError(f"{env.name}: replayed prefix of seed {seed} ended at action {i} of {len(prefix)}")
+        env.step(a)
+    if env.done:
+        raise EnvError(f"{env.name}: replayed prefix of seed {seed} ({len(prefix)} actions) ends the episode")
+    turns: list[dict[str, Any]] = []
+    won = False
+    base_seed = sampling_params.get("seed")
+    while not env.done:
+        context = list(encode(env.prompt()))
+        if len(context) > max_prompt_length:
+            raise ValueError(f"agent loop: the turn-{len(turns)} prompt of map seed {seed} has {len(context)} "
+                             f"tokens, above max_prompt_length {max_prompt_length}")
+        params = dict(sampling_params)
+        if base_seed is not None:
+            params["seed"] = (int(base_seed) + TURN_SEED_STRIDE * len(turns)) % 2**32
+        ids, _ = await generate(context, params)
+        ids = [int(t) for t in ids]
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        anchor = env.anchor()
+        _, reward, _, info = env.step(text)
+        turns.append({"context_ids": context, "response_ids": ids, "text": text, "reward": float(reward),
+                      "anchor": anchor, "valid": bool(info["action_is_valid"]),
+                      "finish_reason": "stop" if ids and ids[-1] == eos else "length"})
+        won = bool(info["won"])
+    return {"turns": turns, "won": won, "done": True}
 
 
 try:   # verl is installed in the scale environment only
@@ -182,26 +231,52 @@ except ImportError:   # pragma: no cover - exercised where verl is missing
 if AgentLoopBase is not None:
     class EpisodeAgentLoop(AgentLoopBase):
         """kwargs per row: ``env`` ({"env": name, "config": {...}}), ``map_seed``, optional ``prefix``
-        (replayed actions), ``template`` ("chat" default) and ``sampling`` overrides."""
+        (replayed actions), ``layout`` ("turns" | "serialized"), ``template`` ("raw" | "chat"),
+        ``max_prompt_length`` (turns) and ``sampling`` overrides (max_tokens = tokens per turn).
+
+        Everything the driver needs is one dict, ``extra_fields['episode']`` (verl passes each
+        extra field through as a per-row object array, ``non_tensor_batch['episode']``); its
+        ``row`` lets the driver check that rows come back in the order they were sent."""
 
         async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+            import time
+
             from components.agentic.stages.common import env_factory
 
             async def generate(prompt_ids, params):
                 out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids,
-                                                         sampling_params=params)
+                                                         sampling_params=params,
+                                                         priority=int(kwargs.get("priority", 0)))
                 return list(out.token_ids), (list(out.log_probs) if out.log_probs else None)
 
-            ep = await run_episode(generate, self.tokenizer, env_factory(kwargs["env"]), int(kwargs["map_seed"]),
-                                   tuple(kwargs.get("prefix") or ()),
-                                   response_length=int(self.rollout_config.response_length),
-                                   sampling_params={**sampling_params, **dict(kwargs.get("sampling") or {})},
-                                   template=kwargs.get("template", "chat"))
+            layout = kwargs.get("layout", "serialized")
+            if layout not in LAYOUTS:
+                raise ValueError(f"agent loop: layout must be one of {LAYOUTS}, got {layout!r}")
+            params = {**sampling_params, **dict(kwargs.get("sampling") or {})}
+            make, seed, prefix = env_factory(kwargs["env"]), int(kwargs["map_seed"]), tuple(kwargs.get("prefix") or ())
+            t0 = time.monotonic()
+            if layout == "turns":
+                ep = await play_turns(generate, self.tokenizer, make, seed, prefix, sampling_params=params,
+                                      template=kwargs.get("template", "raw"),
+                                      max_prompt_length=int(kwargs["max_prompt_length"]))
+                first = ep["turns"][0]
+                return AgentLoopOutput(
+                    prompt_ids=first["context_ids"], response_ids=first["response_ids"],
+                    response_mask=[1] * len(first["response_ids"]), reward_score=float(ep["won"]),
+                    num_turns=2 * len(ep["turns"]) + 1,
+                    metrics=AgentLoopMetrics(generate_sequences=time.monotonic() - t0),
+                    extra_fields={"episode": {"layout": "turns", "row": int(kwargs.get("row", -1)), **ep}})
+            ser = await run_episode(generate, self.tokenizer, make, seed, prefix,
+                                    response_length=int(self.rollout_config.response_length),
+                                    sampling_params=params, template=kwargs.get("template", "chat"))
             return AgentLoopOutput(
-                prompt_ids=ep.prompt_ids, response_ids=ep.response_ids, response_mask=ep.response_mask,
-                response_logprobs=ep.logprobs or None, reward_score=float(ep.won), num_turns=2 * len(ep.spans) + 1,
-                metrics=AgentLoopMetrics(), extra_fields={
-                    "turn_rewards": ep.rewards, "anchors": ep.anchors, "spans": ep.spans, "won": ep.won,
-                    "actions": ep.actions, "truncated": ep.truncated})
+                prompt_ids=ser.prompt_ids, response_ids=ser.response_ids, response_mask=ser.response_mask,
+                response_logprobs=ser.logprobs or None, reward_score=float(ser.won),
+                num_turns=2 * len(ser.spans) + 1,
+                metrics=AgentLoopMetrics(generate_sequences=time.monotonic() - t0),
+                extra_fields={"episode": {
+                    "layout": "serialized", "row": int(kwargs.get("row", -1)), "turn_rewards": ser.rewards,
+                    "anchors": ser.anchors, "spans": [list(x) for x in ser.spans], "won": ser.won,
+                    "actions": ser.actions, "valid": ser.valid, "truncated": ser.truncated}})
 
     __all__.append("EpisodeAgentLoop")

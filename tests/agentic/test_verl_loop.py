@@ -108,7 +108,7 @@ def test_verl_agent_loop_class_runs_an_episode(setup):
     assert issubclass(EpisodeAgentLoop, AgentLoopBase)
 
     class Server:   # the server manager's interface, a real model behind it
-        async def generate(self, request_id, prompt_ids, sampling_params):
+        async def generate(self, request_id, prompt_ids, sampling_params, priority=0):
             ids, lps = await generate(prompt_ids, sampling_params)
             return SimpleNamespace(token_ids=ids, log_probs=lps, num_preempted=0)
 
@@ -117,5 +117,6 @@ def test_verl_agent_loop_class_runs_an_episode(setup):
     loop.rollout_config = SimpleNamespace(response_length=600)
     out = asyncio.run(loop.run({"max_tokens": 6}, env={"env": "sokoban", "config": {"num_boxes": 1, "max_steps": 3, "template": "compact"}},
                                map_seed=5, template="raw"))
-    assert isinstance(out, AgentLoopOutput) and sum(out.response_mask) == sum(b - a for a, b in out.extra_fields["spans"])
-    assert out.reward_score == float(out.extra_fields["won"]) and len(out.extra_fields["turn_rewards"]) == 3
+    ep = out.extra_fields["episode"]
+    assert isinstance(out, AgentLoopOutput) and sum(out.response_mask) == sum(b - a for a, b in ep["spans"])
+    assert out.reward_score == float(ep["won"]) and len(ep["turn_rewards"]) == 3 and len(ep["valid"]) == 3

@@ -1,0 +1,346 @@
+"""The agentic ``train`` stage on verl (``task: agentic``, ``backend: verl``).
+
+The same update as the embedded episodic trainer (``components.agentic.trainer``), with verl's
+parts: the episodic method picks start states (map seeds, VSR's replayed turn prefixes); verl's
+agent-loop workers play the episodes (``verl_loop.EpisodeAgentLoop``: the environment steps in
+the worker, each turn a request to the vLLM servers); GiGPO gives every generated turn its
+advantage on the driver; verl computes old log-probs and updates the FSDP actor; the new
+weights go to the vLLM replicas. Observation tokens are never in the loss: in the ``turns``
+layout they are each row's prompt, in ``serialized`` their ``response_mask`` is 0
+(``verl_episodes``).
+
+verl plumbing shared with the math verl trainer is borrowed from it function by function
+(``RLVRPPOTrainer``: the actor update call, checkpoints with the loop state beside verl's,
+the HF export and the run's records), so both backends checkpoint, resume and write their
+outputs the same way. Ray is started as ``components.trainer.verl.run`` starts it (CPU platform
+on a machine without a GPU).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+from components.agentic.config import EpisodeTrainConfig
+from components.agentic.methods import build_episodic
+from components.agentic.rollout import EpisodeRun, Start, success_rate, to_gigpo_episodes
+from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
+                                              serialized_training_rows,
+                                              turn_training_rows)
+from components.algos.gigpo import gigpo_advantages
+from components.engine.base import SamplingParams, TokenMeter
+from components.progress import step_progress
+from components.trainer.loop import FitLoop, batch_order
+from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices
+
+AGENT_LOOPS_YAML = Path(__file__).with_name("verl_agent_loops.yaml")
+VALIDATION_SEED = 7_919
+
+
+class EpisodePPOTrainer(RayPPOTrainer):
+    backend_name = "verl"
+    # the math verl trainer's plumbing, unchanged (see the module docstring)
+    _update_actor = RLVRPPOTrainer._update_actor
+    _step_dir = RLVRPPOTrainer._step_dir
+    restore = RLVRPPOTrainer.restore
+    save_checkpoint = RLVRPPOTrainer.save_checkpoint
+    save_outputs = RLVRPPOTrainer.save_outputs
+    write_records = FitLoop.write_records
+
+    def __init__(self, config, tokenizer, role_worker_mapping, resource_pool_manager, ray_worker_group_cls, *,
+                 train_cfg: EpisodeTrainConfig, env_spec: dict, layout: str, max_prompt_length: int, n_train: int):
+        ds = _Indices(max(n_train, train_cfg.batch_seeds))
+        super().__init__(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+                         resource_pool_manager=resource_pool_manager, ray_worker_group_cls=ray_worker_group_cls,
+                         train_dataset=ds, val_dataset=_Indices(1), collate_fn=_collate,
+                         train_sampler=torch.utils.data.SequentialSampler(ds))
+        self.cfg, self.env_spec, self.layout = train_cfg, env_spec, layout
+        self.max_prompt_length = max_prompt_length
+        self.response_length = int(config.actor_rollout_ref.rollout.response_length)
+        self.meter = TokenMeter(method=train_cfg.method, seed=train_cfg.seed, backend="verl")
+        self.method = build_episodic(train_cfg.method, train_cfg.method_config)
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ rollouts
+    def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> tuple[list[EpisodeRun], Any]:
+        c = self.cfg
+        batch = episode_requests(starts, self.env_spec, SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed),
+                                 layout=self.layout, template=c.prompt_template,
+                                 max_prompt_length=self.max_prompt_length)
+        batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                                "validate": purpose == "validation", "global_steps": self.global_steps})
+        divisor = int(self.config.actor_rollout_ref.rollout.agent.num_workers)
+        padded, pad_rows = pad_dataproto_to_divisor(batch, divisor)
+        out = self.async_rollout_manager.generate_sequences(padded)
+        kept = unpad_dataproto(out, pad_rows)
+        runs = runs_from_output(kept, starts)
+        self._meter(runs, kept, purpose)
+        if pad_rows:   # generated to fill the divisor, then dropped: counted, never lost
+            dropped = out.non_tensor_batch["episode"][len(kept):]
+            if self.layout == "turns":
+                gen = sum(len(t["response_ids"]) for ep in dropped for t in ep["turns"])
+            else:
+                gen = int(out.batch["response_mask"][len(kept):].sum())
+            self.meter.record("discarded", prompt_tokens=0, generated_tokens=int(gen), sequences=pad_rows, requests=0)
+        return runs, kept
+
+    def _meter(self, runs: Sequence[EpisodeRun], out, purpose: str) -> None:
+        """Per turn index: the prompt tokens each turn's request carried and the reply tokens."""
+        prompt_len = out.batch["attention_mask"][:, :out.batch["prompts"].shape[1]].sum(-1).tolist()
+        per_turn: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for i, r in enumerate(runs):
+            spans = out.non_tensor_batch["episode"][i].get("spans") or []
+            for t, turn in enumerate(r.turns):
+                ctx = len(turn.context_ids) if self.layout == "turns" else int(prompt_len[i]) + int(spans[t][0])
+                acc = per_turn[t]
+                acc[0] += ctx
+                acc[1] += len(turn.response_ids)
+                acc[2] += 1
+        for t in sorted(per_turn):
+            p, g, n = per_turn[t]
+            with self.meter.tagged(turn=t):
+                self.meter.record(purpose, prompt_tokens=p, generated_tokens=g, sequences=n, requests=n)
+
+    # ------------------------------------------------------------------ the update
+    def update(self, runs: Sequence[EpisodeRun], out) -> dict[str, float]:
+        from components.agentic.trainer import turn_rows
+
+        c = self.cfg
+        if self.layout == "turns":
+            data = turn_training_rows(turn_rows(runs, c), self.tokenizer.pad_token_id, self.response_length)
+        else:
+            adv = gigpo_advantages(to_gigpo_episodes(runs), gamma=c.gamma,
+                                   step_weight=c.step_weight if c.adv_estimator == "gigpo" else 0.0,
+                                   mode=c.gigpo_mode, episode_stats=c.episode_stats)
+            data = serialized_training_rows(out, runs, adv.advantages)
+        nonzero = (data.batch["advantages"] != 0).any(-1)
+        stats = {"rows": float(len(data)), "trained_rows": float(nonzero.sum()),
+                 "adv_nonzero_frac": float(nonzero.float().mean()),
+                 "adv_abs_mean": float(data.batch["advantages"].abs().sum() / data.batch["response_mask"].sum())}
+        if not bool(nonzero.any()):      # a zero advantage contributes exactly nothing (as embedded)
+            return stats
+        data.batch["returns"] = data.batch["advantages"].clone()
+        data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
+        # the math verl trainer's update sequence (RLVRPPOTrainer.update): loss-free pad rows to
+        # dp x micro_batch, token balance over ranks, old log-probs, verl's actor update
+        dp = self._get_dp_size(self.actor_rollout_wg, "actor")
+        data, pad = pad_dataproto_to_divisor(data, dp * c.micro_batch)
+        if pad:
+            data.batch["response_mask"][-pad:] = 0
+            data.batch["advantages"][-pad:] = 0
+        stats["pad_rows"] = float(pad)
+        if self.config.trainer.balance_batch:
+            self._balance_batch(data, metrics=stats)
+        data.meta_info["global_token_num"] = torch.sum(data.batch["attention_mask"], dim=-1).tolist()
+        data.meta_info["images_seqlens"] = []
+        data.meta_info["multi_turn"] = False
+        data.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        old, _ = self._compute_old_log_prob(data)
+        old.batch.pop("entropys")
+        data = data.union(old)
+        result = self._update_actor(data)
+        from verl.utils.metric import reduce_metrics
+        stats.update({k: float(v) for k, v in reduce_metrics(result.meta_info["metrics"]).items()})
+        return stats
+
+    # ------------------------------------------------------------------ the loop
+    def fit_episodes(self, train_seeds: Sequence[int], val_seeds: Sequence[int], resources: dict[str, Any]) -> dict:
+        from omegaconf import OmegaConf
+        from verl.utils.tracking import Tracking
+
+        c = self.cfg
+        if not train_seeds:
+            raise ValueError(f"{c.method}: no training map seeds")
+        self.logger = Tracking(project_name=self.config.trainer.project_name,
+                               experiment_name=self.config.trainer.experiment_name,
+                               default_backend=self.config.trainer.logger,
+                               config=OmegaConf.to_container(self.config, resolve=True))
+        self.method.setup(train_seeds, resources)
+        val = list(val_seeds)[: c.val_seeds]
+        start, state = self.restore()
+        if state is not None:
+            self.method.load_state_dict(state["method"])
+            self.meter.load_state_dict(state["meter"])
+            self.history = state["history"]
+        if start == 0 and val:
+            self._log({"val/accuracy": self.validate(val, -1)}, step=0)
+        with step_progress(f"train {c.method} s{c.seed} (episodes, verl)", c.steps, start) as bar:
+            for step in range(start, c.steps):
+                self.global_steps = step + 1
+                t0 = time.monotonic()
+                batch = [train_seeds[i] for i in batch_order(len(train_seeds), c.seed, step, c.batch_seeds)]
+                starts = self.method.starts(batch, step, np.random.default_rng([c.seed, step, 17]))
+                before = self.meter.totals("train_rollout")
+                with self.meter.tagged(step=step):
+                    runs, out = self.play(starts, c.seed * 1_000_003 + 101 * step)
+                self.checkpoint_manager.sleep_replicas()
+                t_gen = time.monotonic() - t0
+                self.method.observe(runs, step)
+                row = episode_step_metrics(runs, before, self.meter)
+                row.update({f"train/{k}": v for k, v in self.update(runs, out).items()})
+                self.checkpoint_manager.update_weights(self.global_steps)
+                row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
+                row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
+                if val and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
+                    row["val/accuracy"] = self.validate(val, step)
+                self._log(row, step=step + 1)
+                if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
+                    self.save_checkpoint(step, {"method": self.method.state_dict(), "meter": self.meter.state_dict(),
+                                                "history": self.history})
+                bar.advance(1, info=f"success {row['reward/mean']:.3f} replay {row['groups/replay_frac']:.2f}")
+        return self.summary()
+
+    def validate(self, seeds: Sequence[int], step: int) -> float:
+        with self.meter.tagged(step=step):
+            runs, _ = self.play([Start(int(s), (), f"val{s}", 1) for s in seeds], VALIDATION_SEED + self.cfg.seed,
+                                purpose="validation")
+        return success_rate(runs)
+
+    def _log(self, row: dict[str, float], step: int) -> None:
+        clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
+        self.logger.log(data=clean, step=step)
+        self.history.append({"step": step, **clean})
+
+    def summary(self) -> dict[str, Any]:
+        tot = self.meter.totals("train_rollout")
+        vals = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
+        return {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps, "task": "agentic",
+                "backend": "verl", "layout": self.layout, "adv_estimator": self.cfg.adv_estimator,
+                "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
+                "rollouts": int(sum(h.get("rollouts", 0) for h in self.history)), "generated_turns": tot["sequences"],
+                "final_val_accuracy": vals[-1] if vals else None, "max_new_tokens": self.cfg.max_new_tokens,
+                "clip_ratio": None}
+
+
+def episode_step_metrics(runs: Sequence[EpisodeRun], before: dict, meter: TokenMeter) -> dict[str, float]:
+    """The embedded episodic trainer's step metrics, plus the share of turns cut at the budget."""
+    after = meter.totals("train_rollout")
+    fresh = [r for r in runs if not r.start.prefix]
+    replay = [r for r in runs if r.start.prefix]
+    groups: dict[str, list[bool]] = {}
+    for r in runs:
+        groups.setdefault(r.start.group_id(), []).append(r.won)
+    turns = [t for r in runs for t in r.turns]
+    return {
+        "reward/mean": success_rate(runs), "reward/fresh_mean": success_rate(fresh),
+        "reward/replay_mean": success_rate(replay) if replay else math.nan,
+        "episode/return_mean": float(np.mean([r.episode_return for r in runs])),
+        "episode/new_turns_mean": float(np.mean([len(r.turns) for r in runs])),
+        "episode/invalid_frac": float(np.mean([not t.valid for t in turns])) if turns else math.nan,
+        "response_length/clip_ratio": float(np.mean([t.finish_reason == "length" for t in turns])) if turns else math.nan,
+        "groups/mixed_frac": float(np.mean([len(set(v)) > 1 for v in groups.values()])),
+        "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
+        "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
+        "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
+        "tokens/generated_cum": float(after["generated_tokens"]),
+        "rollouts": float(len(runs)),
+    }
+
+
+# ---------------------------------------------------------------------- one run (the stage's backend)
+def verl_fields(c: EpisodeTrainConfig, response_length: int) -> SimpleNamespace:
+    """What ``components.trainer.verl.config.overrides`` reads from a train config, for an
+    episodic run: one optimizer step per update (``ppo_epochs`` 1, the whole batch one
+    mini-batch), so the PPO ratio is 1 and clipping never binds, as in the embedded trainer.
+    ``adv_estimator`` only satisfies verl's config: this trainer computes GiGPO itself."""
+    return SimpleNamespace(
+        adv_estimator="grpo", batch_prompts=c.batch_seeds, max_new_tokens=response_length, seed=c.seed,
+        micro_batch=c.micro_batch, ppo_epochs=1, lr=c.lr, weight_decay=0.0, warmup_steps=0, grad_clip=c.grad_clip,
+        loss_agg_mode=c.loss_agg_mode, clip_low=0.2, clip_high=0.2, kl_coef=0.0, temperature=c.temperature,
+        top_p=c.top_p, steps=c.steps, ckpt_every=c.ckpt_every, val_every=c.val_every, val_size=c.val_seeds)
+
+
+def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
+    from omegaconf import OmegaConf
+
+    from components.trainer.verl.config import CPU_OVERRIDES, compose, overrides
+
+    cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
+    response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
+    agentic = (f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
+               f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS_YAML}")
+    extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + agentic + tuple(params.verl_overrides)
+    n = int(getattr(build_episodic(cfg.method, cfg.method_config).config, "n", 1))
+    ov = overrides(verl_fields(cfg, response_length), model_path=model_dir, work_dir=work_dir, n=n,
+                   project=sweep or "rlvr", experiment=f"train-agentic-{cfg.method}-s{cfg.seed}",
+                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
+                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
+                   gpu_memory_utilization=params.gpu_memory_utilization, extra=extra)
+    config = compose(ov)
+    OmegaConf.resolve(config)
+    return cfg, config
+
+
+def train_agentic_with_verl(params, ctx) -> dict:
+    """The agentic train stage on verl: Ray (CPU platform where there is no GPU, as the math
+    verl run), verl's workers, :class:`EpisodePPOTrainer`, the stage outputs."""
+    import ray
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from components.agentic.stages.common import env_factory, read_env
+    from components.stages.common import read_json
+    from components.trainer.verl.run import CPU_RAY_UNITS, _end_mlflow_run, attach_mlflow, model_path
+
+    on_cpu: dict[str, str] = {}
+    if not torch.cuda.is_available():
+        from components.trainer.verl.cpu_platform import use_cpu_platform
+
+        on_cpu = use_cpu_platform()
+    spec = read_env(ctx.input("hard"))
+    env_factory(spec)                                  # a bad spec fails here, before Ray starts
+    kept = read_json(ctx.input("hard") / "train.json")
+    heldout = [r["seed"] for r in read_json(ctx.input("hard") / "heldout.json")]
+    traces = read_json(ctx.input("prefixes") / "traces.json")
+    cfg, config = build_config(params, model_path(ctx.input("model")), ctx.work_dir, ctx.sweep)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    attach_mlflow(getattr(ctx.tracker, "run_id", ""))
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
+        init = {"runtime_env": OmegaConf.to_container(env), "num_cpus": config.ray_kwargs.ray_init.num_cpus}
+        if on_cpu:   # as components.trainer.verl.run: worker slots as Ray "GPUs", CPUs as scheduling units
+            init["runtime_env"].setdefault("env_vars", {}).update(on_cpu)
+            init["num_gpus"] = params.n_gpus_per_node * params.nnodes
+            init["num_cpus"] = max(init["num_cpus"] or 0, CPU_RAY_UNITS)
+            init["include_dashboard"] = False
+            os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+        ray.init(**init)
+    try:
+        from verl.trainer.main_ppo_v0 import BaseTaskRunner
+        from verl.utils.config import omega_conf_to_dataclass
+
+        runner = BaseTaskRunner()
+        _, wg_cls = runner.add_actor_rollout_worker(config)
+        runner.add_reward_model_resource_pool(config)
+        pools = runner.init_resource_pool_mgr(config)
+        tokenizer = omega_conf_to_dataclass(config.actor_rollout_ref.model).tokenizer
+        trainer = EpisodePPOTrainer(config, tokenizer, runner.role_worker_mapping, pools, wg_cls, train_cfg=cfg,
+                                    env_spec=spec, layout=params.layout, max_prompt_length=params.max_prompt_length,
+                                    n_train=len(kept))
+        trainer.init_workers()
+        status = "FAILED"
+        try:
+            summary = trainer.fit_episodes(
+                [r["seed"] for r in kept], heldout,
+                {"p0": {r["seed"]: r["base_pass_rate"] for r in kept if r["base_pass_rate"] is not None},
+                 "expert_traces": traces})
+            status = "FINISHED"
+        finally:
+            _end_mlflow_run(status)
+        trainer.save_outputs(ctx.out_dir)
+        return summary
+    finally:
+        if started_ray:
+            ray.shutdown()

@@ -65,7 +65,7 @@ class Fresh:
     def episodes_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -180,7 +180,7 @@ class EpisodicVSR:
     def episodes_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         states = self.states()
         return {"buffer_episodes": float(len(self.buffer)), "buffer_states": float(len(states)),
                 "buffer_mean_score": float(np.mean([s[2] for s in states])) if states else math.nan}

@@ -165,7 +165,7 @@ class TRACE:
     def episodes_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
-    def buffer_stats(self) -> dict[str, float]:
+    def step_stats(self) -> dict[str, float]:
         return dict(self.last)
 
     def state_dict(self) -> dict[str, Any]:

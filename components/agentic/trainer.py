@@ -1,20 +1,30 @@
-"""The episodic trainer: multi-turn rollouts, GiGPO advantages, one policy-gradient update per step.
+"""The episodic trainer: the one fit loop (``components.trainer.loop.FitLoop``) on episodes.
 
-One update: the method picks start states (map seeds, replayed turn prefixes) for the step's
-batch of map seeds; :func:`rollout_episodes` plays them turn by turn; GiGPO
-(``components.algos.gigpo``) gives every generated turn an advantage; each generated turn is
-one training row, its prompt (instruction, history, observation) on the context side and its
-reply on the response side, so only reply tokens are in the loss (``trainer.batch``'s rule,
-reused through ``Group``). Replayed prefix turns have no row. The loss is the on-policy
-policy gradient (one epoch, so the PPO ratio is 1 and clipping never binds), aggregated as
-``loss_agg_mode``. Checkpoints every ``ckpt_every`` updates carry weights, optimizer, method
-state, token meter and metric history; sampling seeds are a function of (seed, step).
+The loop is the math trainer's (batches of seeded epochs, rollout, observe, update, metrics,
+validation, checkpoint, resume); :class:`EpisodeLoop` supplies the episode-specific hooks and
+:class:`EpisodeTrainer` the embedded backend's parts:
+
+* the training items are map seeds; the method (``components.agentic.methods``) picks start
+  states (map seeds, replayed turn prefixes) for the step's batch of seeds
+  (``starts``), and ``play`` generates their episodes turn by turn
+  (:func:`~components.agentic.rollout.rollout_episodes`);
+* GiGPO (``components.algos.gigpo``) gives every generated turn an advantage
+  (:func:`turn_rows`): each generated turn is one training row, its prompt (instruction,
+  history, observation) on the context side and its reply on the response side, so only reply
+  (action) tokens are in the loss (``trainer.sequences``' rule, reused through ``Group``).
+  Replayed prefix turns have no row;
+* the loss is the on-policy policy gradient (one epoch, so the PPO ratio is 1 and clipping
+  never binds), aggregated as ``loss_agg_mode``;
+* validation is the success rate on held-out map seeds (one episode each); metrics are
+  episode statistics (success, return, turns, invalid replies).
+
+Checkpoints every ``ckpt_every`` updates carry weights, optimizer, method state, token meter
+and metric history; sampling seeds are a function of (seed, step), so a resumed run continues
+as the uninterrupted one would.
 """
 from __future__ import annotations
 
-import json
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,12 +38,11 @@ from components.agentic.rollout import (EpisodeRun, Start, prompt_encoder, rollo
 from components.algos.gigpo import gigpo_advantages
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
-from components.progress import step_progress
 from components.trainer import checkpoint
-from components.trainer.loop import batch_order
+from components.trainer.loop import VALIDATION_SEED, FitLoop
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
 
-__all__ = ["EpisodeTrainer", "turn_rows", "success_rate"]
+__all__ = ["EpisodeLoop", "EpisodeTrainer", "turn_rows", "success_rate"]
 
 
 def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group]:
@@ -51,7 +60,84 @@ def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group
     return rows
 
 
-class EpisodeTrainer:
+class EpisodeLoop(FitLoop):
+    """The loop's task hooks for episodes. A backend sets ``cfg`` (an
+    :class:`EpisodeTrainConfig`), ``method`` (an episodic method), ``meter``, ``history``, and
+    implements ``play`` plus the loop's backend hooks (``update``, ``restore``,
+    ``save_checkpoint``, ``log_metrics``)."""
+
+    cfg: EpisodeTrainConfig
+
+    def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
+        """Every start's episodes, played to the end with sampling seed ``seed``."""
+        raise NotImplementedError
+
+    def training_set(self, seeds: Sequence[int], resources: dict[str, Any]) -> list[int]:
+        if not seeds:
+            raise ValueError(f"{self.cfg.method}: no training map seeds")
+        self.method.setup(seeds, resources)
+        return list(seeds)
+
+    def batch_size(self) -> int:
+        return self.cfg.batch_seeds
+
+    def validation_set(self, val_seeds: Sequence[int]) -> list[int]:
+        return list(val_seeds)[: self.cfg.val_seeds]
+
+    def rollout(self, batch: list[int], step: int, rng: np.random.Generator) -> list[EpisodeRun]:
+        starts = self.method.starts(batch, step, rng)
+        return self.play(starts, self.cfg.seed * 1_000_003 + 101 * step)
+
+    def observe(self, runs: list[EpisodeRun], step: int) -> None:
+        self.method.observe(runs, step)
+
+    def validation_metrics(self, seeds: list[int], step: int) -> dict[str, float]:
+        """Success rate of one episode per held-out map seed, the same sampling seeds every time."""
+        with self.meter.tagged(step=step):
+            runs = self.play([Start(int(s), (), f"val{s}", 1) for s in seeds], VALIDATION_SEED + self.cfg.seed,
+                             purpose="validation")
+        return {"val/accuracy": success_rate(runs)}
+
+    def step_metrics(self, runs: list[EpisodeRun], before: dict, after: dict) -> dict[str, float]:
+        fresh = [r for r in runs if not r.start.prefix]
+        replay = [r for r in runs if r.start.prefix]
+        groups: dict[str, list[bool]] = {}
+        for r in runs:
+            groups.setdefault(r.start.group_id(), []).append(r.won)
+        return {
+            "reward/mean": success_rate(runs),          # success rate (the tables' training curve)
+            "reward/fresh_mean": success_rate(fresh),
+            "reward/replay_mean": success_rate(replay) if replay else math.nan,
+            "episode/return_mean": float(np.mean([r.episode_return for r in runs])),
+            "episode/new_turns_mean": float(np.mean([len(r.turns) for r in runs])),
+            "episode/invalid_frac": float(np.mean([not t.valid for r in runs for t in r.turns])),
+            "groups/mixed_frac": float(np.mean([len(set(v)) > 1 for v in groups.values()])),
+            "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
+            "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
+            "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
+            "tokens/generated_cum": float(self.meter.totals("train_rollout")["generated_tokens"]),
+            "rollouts": float(len(runs)),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        tot = self.meter.totals("train_rollout")
+        vals = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
+        out = {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps, "task": "agentic",
+               "adv_estimator": self.cfg.adv_estimator,
+               "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
+               "rollouts": int(sum(h.get("rollouts", 0) for h in self.history)),
+               "generated_turns": tot["sequences"],
+               "final_val_accuracy": vals[-1] if vals else None, "max_new_tokens": self.cfg.max_new_tokens,
+               "clip_ratio": None}
+        if self.backend_name != "embedded":
+            out["backend"] = self.backend_name
+        return out
+
+
+class EpisodeTrainer(EpisodeLoop):
+    """The embedded backend: ``HFEngine`` on the model being trained, a torch update, local
+    checkpoints (``components.trainer.checkpoint``)."""
+
     def __init__(self, cfg: EpisodeTrainConfig, model, tokenizer, make_env: Callable, tracker,
                  engine_factory=None, max_prompt_length: int | None = None):
         self.max_prompt_length = max_prompt_length
@@ -64,24 +150,34 @@ class EpisodeTrainer:
         self.method = build_episodic(cfg.method, cfg.method_config)
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.history: list[dict[str, float]] = []
+        self.ckpt_root: Path | None = None
 
-    def sampling(self, seed: int) -> SamplingParams:
-        c = self.cfg
-        return SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed)
-
+    # ------------------------------------------------------------------ loop hooks
     def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
-        return rollout_episodes(self.engine, self.make_env, starts, self.sampling(seed), purpose,
-                                encode=prompt_encoder(self.tok, self.cfg.prompt_template),
+        c = self.cfg
+        return rollout_episodes(self.engine, self.make_env, starts,
+                                SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed), purpose,
+                                encode=prompt_encoder(self.tok, c.prompt_template),
                                 max_prompt_len=self.max_prompt_length)
 
-    def validate(self, seeds: Sequence[int], step: int) -> float:
-        with self.meter.tagged(step=step):
-            runs = self.play([Start(int(s), (), f"val{s}", 1) for s in seeds], 7_919 + self.cfg.seed,
-                             purpose="validation")
-        return success_rate(runs)
+    def restore(self) -> tuple[int, dict[str, Any] | None]:
+        checkpoint.clean_partial(self.ckpt_root)
+        last = checkpoint.latest(self.ckpt_root)
+        if last is None:
+            return 0, None
+        state = checkpoint.load(last, self.model, self.opt, None)
+        start = state["step"] + 1
+        print(f"[train {self.cfg.method}] resumed from {last.name} (next step {start})", flush=True)
+        return start, state
+
+    def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
+        checkpoint.save(self.ckpt_root, step, self.model, self.opt, None, {"step": step, **state})
+
+    def log_metrics(self, row: dict[str, float], step: int) -> None:
+        self.tracker.log_metrics(row, step=step)
 
     # ------------------------------------------------------------------ one update
-    def update(self, runs: Sequence[EpisodeRun]) -> dict[str, float]:
+    def update(self, runs: list[EpisodeRun]) -> dict[str, float]:
         c = self.cfg
         groups = turn_rows(runs, c)
         stats = {"loss": 0.0, "grad_norm": 0.0, "rows": float(len(groups)), "trained_rows": 0.0}
@@ -108,94 +204,14 @@ class EpisodeTrainer:
         self.opt.step()
         return stats
 
-    # ------------------------------------------------------------------ the loop
+    # ------------------------------------------------------------------ entry points
     def fit(self, train_seeds: Sequence[int], val_seeds: Sequence[int], resources: dict[str, Any],
             work_dir: Path) -> dict[str, Any]:
-        c = self.cfg
-        if not train_seeds:
-            raise ValueError(f"{c.method}: no training map seeds")
-        self.method.setup(train_seeds, resources)
-        val = list(val_seeds)[: c.val_seeds]
-        root = work_dir / "checkpoints"
-        checkpoint.clean_partial(root)
-        start = 0
-        if (last := checkpoint.latest(root)) is not None:
-            state = checkpoint.load(last, self.model, self.opt, None)
-            self.method.load_state_dict(state["method"])
-            self.meter.load_state_dict(state["meter"])
-            self.history, start = state["history"], state["step"] + 1
-            print(f"[train {c.method}] resumed from {last.name} (next step {start})", flush=True)
-        if start == 0 and val:
-            self._log({"val/accuracy": self.validate(val, -1)}, step=0)
-        with step_progress(f"train {c.method} s{c.seed} (episodes)", c.steps, start) as bar:
-            for step in range(start, c.steps):
-                t0 = time.monotonic()
-                batch = [train_seeds[i] for i in batch_order(len(train_seeds), c.seed, step, c.batch_seeds)]
-                starts = self.method.starts(batch, step, np.random.default_rng([c.seed, step, 17]))
-                before = self.meter.totals("train_rollout")
-                with self.meter.tagged(step=step):
-                    runs = self.play(starts, c.seed * 1_000_003 + 101 * step)
-                t_gen = time.monotonic() - t0
-                self.method.observe(runs, step)
-                row = self._step_metrics(runs, before)
-                row.update({f"train/{k}": v for k, v in self.update(runs).items()})
-                row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
-                row.update({f"method/{k}": v for k, v in self.method.buffer_stats().items()})
-                if val and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
-                    row["val/accuracy"] = self.validate(val, step)
-                self._log(row, step=step + 1)
-                if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
-                    checkpoint.save(root, step, self.model, self.opt, None,
-                                    {"step": step, "method": self.method.state_dict(),
-                                     "meter": self.meter.state_dict(), "history": self.history})
-                bar.advance(1, info=f"success {row['reward/mean']:.3f} replay {row['groups/replay_frac']:.2f}")
-        return self.summary()
-
-    def _step_metrics(self, runs: Sequence[EpisodeRun], before: dict) -> dict[str, float]:
-        after = self.meter.totals("train_rollout")
-        fresh = [r for r in runs if not r.start.prefix]
-        replay = [r for r in runs if r.start.prefix]
-        groups: dict[str, list[bool]] = {}
-        for r in runs:
-            groups.setdefault(r.start.group_id(), []).append(r.won)
-        nan = math.nan
-        return {
-            "reward/mean": success_rate(runs),          # success rate (the tables' training curve)
-            "reward/fresh_mean": success_rate(fresh), "reward/replay_mean": success_rate(replay) if replay else nan,
-            "episode/return_mean": float(np.mean([r.episode_return for r in runs])),
-            "episode/new_turns_mean": float(np.mean([len(r.turns) for r in runs])),
-            "episode/invalid_frac": float(np.mean([not t.valid for r in runs for t in r.turns])),
-            "groups/mixed_frac": float(np.mean([len(set(v)) > 1 for v in groups.values()])),
-            "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
-            "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
-            "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
-            "tokens/generated_cum": float(after["generated_tokens"]),
-            "rollouts": float(len(runs)),
-        }
-
-    def _log(self, row: dict[str, float], step: int) -> None:
-        clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
-        self.tracker.log_metrics(clean, step=step)
-        self.history.append({"step": step, **clean})
-
-    def summary(self) -> dict[str, Any]:
-        tot = self.meter.totals("train_rollout")
-        vals = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
-        return {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps, "task": "agentic",
-                "adv_estimator": self.cfg.adv_estimator,
-                "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
-                "rollouts": int(sum(h.get("rollouts", 0) for h in self.history)),
-                "generated_turns": tot["sequences"],
-                "final_val_accuracy": vals[-1] if vals else None, "max_new_tokens": self.cfg.max_new_tokens,
-                "clip_ratio": None}
+        self.ckpt_root = work_dir / "checkpoints"
+        return self.run_loop(train_seeds, val_seeds, resources, self.tok)
 
     def save_outputs(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out_dir / "model", safe_serialization=True)
         self.tok.save_pretrained(out_dir / "model")
-        with open(out_dir / "metrics.jsonl", "w") as f:   # wall-clock fields to MLflow only (see loop.write_records)
-            for h in self.history:
-                f.write(json.dumps({k: v for k, v in h.items() if not k.startswith("time/")}) + "\n")
-        (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
-        (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
-        (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))
+        self.write_records(out_dir)

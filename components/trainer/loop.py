@@ -12,6 +12,11 @@ A backend subclasses :class:`FitLoop` and supplies only what differs: its rollou
 (``rollout_ctx``), its actor update (``update``), where checkpoints live (``restore`` /
 ``save_checkpoint``) and where metrics go (``log_metrics``), plus the hooks around the
 step that a server-based engine needs (``begin_step``, ``after_rollout``, ``after_update``).
+The task hooks (``training_set``, ``batch_size``, ``validation_set``, ``rollout``,
+``observe``, ``step_metrics``, ``validation_metrics``, ``summary``) default to the math task
+(prompts, ``Method.rollout`` through a ``RolloutContext``); the episodic trainer
+(``components/agentic/episode_trainer.py``) overrides them with map seeds, multi-turn episodes
+and success rates.
 The checkpoint is written after the step's row is in the history, so a resumed run keeps
 every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's
 method rng from ``(seed, step, 17)``, so a resumed run draws what the uninterrupted one did.
@@ -89,35 +94,57 @@ class FitLoop:
     def extra_metrics(self) -> dict[str, float]:
         return {}
 
+    # ------------------------------------------------------------------ task hooks
+    def training_set(self, problems: Sequence[Any], resources: dict[str, Any]) -> list:
+        """Set the method up; the items the step batches are drawn from."""
+        self.method.setup(problems, resources)
+        train_set = self.method.training_problems(problems)
+        if not train_set:
+            raise ValueError(f"{self.cfg.method}: no training problems")
+        return train_set
+
+    def batch_size(self) -> int:
+        return self.cfg.batch_prompts
+
+    def validation_set(self, val_problems: Sequence[Any]) -> list:
+        return list(val_problems)[: self.cfg.val_size]
+
+    def rollout(self, batch: list, step: int, rng: np.random.Generator) -> list:
+        """The step's rollouts (inside the meter's ``step`` tag)."""
+        return self.method.rollout(batch, self.rollout_ctx(step, self.cfg.seed), rng)
+
+    def observe(self, rollouts: list, step: int) -> None:
+        self.method.observe(rollouts)
+
+    def validation_metrics(self, val_set: list, step: int) -> dict[str, float]:
+        acc, clip = self.validate(val_set, step)
+        return {"val/accuracy": acc, "val/clip_ratio": clip}
+
     # ------------------------------------------------------------------ the loop
     def run_loop(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
                  tokenizer, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         c = self.cfg
-        self.method.setup(problems, {**resources, "tokenizer": tokenizer})
-        train_set = self.method.training_problems(problems)
-        if not train_set:
-            raise ValueError(f"{c.method}: no training problems")
-        val_set = list(val_problems)[: c.val_size]
+        train_set = self.training_set(problems, {**resources, "tokenizer": tokenizer})
+        val_set = self.validation_set(val_problems)
         start, state = self.restore()
         if state is not None:
             self.method.load_state_dict(state["method"])
             self.meter.load_state_dict(state["meter"])
             self.history = state["history"]
         if start == 0 and val_set:
-            acc0, clip0 = self.validate(val_set, -1)
-            self._log({"val/accuracy": acc0, "val/clip_ratio": clip0}, step=0)
+            self._log(self.validation_metrics(val_set, -1), step=0)
         with step_progress(f"train {c.method} s{c.seed}", c.steps, start) as bar:
             for step in range(start, c.steps):
                 self.begin_step(step)
                 t0 = time.monotonic()
-                batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, c.batch_prompts)]
+                batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, self.batch_size())]
                 rng = np.random.default_rng([c.seed, step, 17])
                 before = self.meter.totals()
                 with self.meter.tagged(step=step):
-                    groups = self.method.rollout(batch, self.rollout_ctx(step, c.seed), rng)
+                    groups = self.rollout(batch, step, rng)
                 self.after_rollout()
                 t_gen = time.monotonic() - t0
-                self.method.observe(groups)
+                self.observe(groups, step)
                 upd = self.update(groups)
                 self.after_update()
                 row = self.step_metrics(groups, before, self.meter.totals())
@@ -126,7 +153,7 @@ class FitLoop:
                 row.update(self.extra_metrics())
                 row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
                 if val_set and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
-                    row["val/accuracy"], row["val/clip_ratio"] = self.validate(val_set, step)
+                    row.update(self.validation_metrics(val_set, step))
                 self._log(row, step=step + 1)
                 if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
                     self.save_checkpoint(step, {"method": self.method.state_dict(),

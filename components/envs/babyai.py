@@ -16,6 +16,15 @@ failure (e.g. picking up the wrong object) ends the episode unsolved. An unparsa
 not sent to minigrid: no move, reward ``-invalid_penalty`` (0.1, verl-agent's
 ``invalid_action_penalty_coef``; see ``TextEnv``).
 
+Compact encoding (``template: compact``, our choice): the embedded character-level policy has
+192 positions, and the describer's text is 200-500 characters per state. The compact template
+puts the mission once, on the prompt's first line, and shows each state as
+:func:`describe_compact`: facing and carried object, what is directly ahead, the wall distances
+ahead/left/right, then every visible object as a 2-3 character code with its position
+(``eo@2,-1``: a grey ball 2 ahead, 1 to the left), nearest first. The same information as
+:func:`describe_view` but the mission, in ~30-60 characters (``KIND_CODE``, ``COLOUR_CODE``).
+The anchor (GiGPO's step grouping) is the full text either way.
+
 ``max_steps`` (turns) defaults to the level's own limit for the episode's mission (our choice: the paper states none, and
 verl-agent has no BabyAI config). Expert trajectories come from minigrid's ``BabyAIBot``
 (:func:`expert_actions`).
@@ -30,8 +39,8 @@ from dataclasses import dataclass, field
 from components.envs.base import TextEnv
 from components.envs.registry import register
 
-__all__ = ["BabyAIEnv", "ACTIONS", "PAPER_LEVELS", "describe_view", "expert_actions",
-           "parse_action"]
+__all__ = ["BabyAIEnv", "ACTIONS", "PAPER_LEVELS", "describe_view", "describe_compact", "expert_actions",
+           "parse_action", "KIND_CODE", "COLOUR_CODE"]
 
 PAPER_LEVELS = ("BabyAI-SynthLoc-v0", "BabyAI-OneRoomS8-v0", "BabyAI-MiniBossLevel-v0")
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle", "done")
@@ -40,6 +49,10 @@ _ALIASES = {"left": "turn left", "right": "turn right", "forward": "go forward",
 _TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 _DIRECTIONS = ("east", "south", "west", "north")   # minigrid agent_dir 0..3
 _NOT_OBJECTS = {"unseen", "empty", "wall", "floor", "agent"}
+# compact codes (one character each; a door adds its state: open "", closed "c", locked "l")
+KIND_CODE = {"key": "k", "ball": "o", "box": "x", "door": "d", "goal": "g", "lava": "v"}
+COLOUR_CODE = {"red": "r", "green": "g", "blue": "b", "purple": "p", "yellow": "y", "grey": "e"}
+_DOOR_CODE = {0: "", 1: "c", 2: "l"}
 
 INSTRUCTION = """You are an agent in a BabyAI grid world. Complete the mission.
 You see a 7x7 area in front of you; positions are given relative to you.
@@ -69,11 +82,11 @@ def _where(fwd: int, lat: int) -> str:
     return ", ".join(parts)
 
 
-def describe_view(image, direction: int, mission: str, carrying=None) -> str:
-    """Text for one minigrid observation (see the module docstring)."""
+def _view(image):
+    """(cell, nearest-wall distances, visible objects nearest first) of a 7x7 egocentric view;
+    an object is (forward, lateral, kind, colour, state), lateral > 0 = to the right."""
     from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
 
-    states = {0: "open", 1: "closed", 2: "locked"}
     size = image.shape[0]
     ax, ay = size // 2, size - 1
 
@@ -81,8 +94,35 @@ def describe_view(image, direction: int, mission: str, carrying=None) -> str:
         kind, colour, state = (int(v) for v in image[x, y])
         return IDX_TO_OBJECT[kind], IDX_TO_COLOR[colour], state
 
-    def name(x, y):
-        kind, colour, state = cell(x, y)
+    def wall_distance(cells):
+        for k, (x, y) in enumerate(cells, start=1):
+            kind = cell(x, y)[0]
+            if kind == "wall":
+                return k
+            if kind == "unseen":
+                break
+        return None
+
+    walls = (wall_distance([(ax, y) for y in range(ay - 1, -1, -1)]),
+             wall_distance([(x, ay) for x in range(ax - 1, -1, -1)]),
+             wall_distance([(x, ay) for x in range(ax + 1, size)]))
+    seen = []
+    for x in range(size):
+        for y in range(size):
+            if (x, y) == (ax, ay) or cell(x, y)[0] in _NOT_OBJECTS:
+                continue
+            fwd, lat = ay - y, x - ax
+            seen.append((abs(fwd) + abs(lat), fwd, lat, *cell(x, y)))
+    objects = [o[1:] for o in sorted(seen)]
+    return cell, (ax, ay - 1), walls, objects
+
+
+def describe_view(image, direction: int, mission: str, carrying=None) -> str:
+    """Text for one minigrid observation (see the module docstring)."""
+    states = {0: "open", 1: "closed", 2: "locked"}
+    cell, ahead, walls, objects = _view(image)
+
+    def name(kind, colour, state):
         if kind == "door":
             return f"{'an' if state == 0 else 'a'} {states[state]} {colour} door"
         if kind in ("wall", "unseen"):
@@ -91,35 +131,39 @@ def describe_view(image, direction: int, mission: str, carrying=None) -> str:
             return "empty floor"
         return f"a {colour} {kind}"
 
-    def wall_distance(cells):
-        for k, (x, y) in enumerate(cells, start=1):
-            kind = cell(x, y)[0]
-            if kind == "wall":
-                return f"{_plural(k, 'step')}"
-            if kind == "unseen":
-                break
-        return "not visible"
+    def dist(k):
+        return "not visible" if k is None else _plural(k, "step")
 
     lines = [f"Mission: {mission}",
              f"You face {_DIRECTIONS[int(direction)]}. You carry "
              + (f"a {carrying.color} {carrying.type}." if carrying is not None else "nothing."),
-             f"Directly ahead: {name(ax, ay - 1)}.",
-             "Nearest wall: ahead " + wall_distance([(ax, y) for y in range(ay - 1, -1, -1)])
-             + ", left " + wall_distance([(x, ay) for x in range(ax - 1, -1, -1)])
-             + ", right " + wall_distance([(x, ay) for x in range(ax + 1, size)]) + "."]
-    seen = []
-    for x in range(size):
-        for y in range(size):
-            if (x, y) == (ax, ay) or cell(x, y)[0] in _NOT_OBJECTS:
-                continue
-            fwd, lat = ay - y, x - ax
-            seen.append((abs(fwd) + abs(lat), fwd, lat, name(x, y)))
-    if seen:
+             f"Directly ahead: {name(*cell(*ahead))}.",
+             f"Nearest wall: ahead {dist(walls[0])}, left {dist(walls[1])}, right {dist(walls[2])}."]
+    if objects:
         lines.append("You see:")
-        lines += [f"- {what}: {_where(fwd, lat)}" for _, fwd, lat, what in sorted(seen)]
+        lines += [f"- {name(kind, colour, state)}: {_where(fwd, lat)}" for fwd, lat, kind, colour, state in objects]
     else:
         lines.append("You see no objects.")
     return "\n".join(lines)
+
+
+def _code(kind: str, colour: str, state: int) -> str:
+    if kind in ("wall", "unseen"):
+        return "#" if kind == "wall" else "?"
+    if kind in ("empty", "floor"):
+        return "."
+    return COLOUR_CODE[colour] + KIND_CODE[kind] + (_DOOR_CODE[state] if kind == "door" else "")
+
+
+def describe_compact(image, direction: int, carrying=None) -> str:
+    """The compact encoding of one observation (see the module docstring), e.g.
+    ``N- . w6,1,?`` then ``eo@0,3``: facing north, carrying nothing, empty floor ahead, walls 6
+    ahead, 1 left, none visible right; a grey ball 0 ahead, 3 to the right."""
+    cell, ahead, walls, objects = _view(image)
+    held = "-" if carrying is None else _code(carrying.type, carrying.color, 0)
+    head = (f"{'ESWN'[int(direction)]}{held} {_code(*cell(*ahead))} w"
+            + ",".join("?" if k is None else str(k) for k in walls))
+    return "\n".join([head] + [f"{_code(kind, colour, state)}@{fwd},{lat}" for fwd, lat, kind, colour, state in objects])
 
 
 def _make(level: str):
@@ -158,6 +202,9 @@ class BabyAIEnv(TextEnv):
         self._obs, _ = _quiet_reset(self._env, seed)
         if self._level_limit:
             self.max_steps = int(self._env.max_steps)
+        # the compact template's first line: the mission, once per prompt
+        self.short_instruction = self._obs["mission"]
+        self._bot, self._bot_step, self._last_action = None, -1, None
 
     def _parse(self, action_text: str) -> int | None:
         name = parse_action(action_text)
@@ -167,6 +214,7 @@ class BabyAIEnv(TextEnv):
         return ACTIONS[action]
 
     def _apply(self, action: int) -> tuple[float, bool, bool]:
+        self._last_action = action
         self._obs, reward, terminated, truncated, _ = self._env.step(action)
         won = bool(terminated and reward > 0)
         return float(reward), won, bool(terminated or truncated)
@@ -175,8 +223,30 @@ class BabyAIEnv(TextEnv):
         return describe_view(self._obs["image"], self._obs["direction"], self._obs["mission"],
                              self._env.carrying)
 
+    def _compact_state(self) -> str:
+        return describe_compact(self._obs["image"], self._obs["direction"], self._env.carrying)
+
     def admissible_actions(self) -> list[str]:
         return list(ACTIONS)
+
+    def solver_action(self) -> str | None:
+        """minigrid's ``BabyAIBot`` from the current state (the behaviour-cloning expert). The
+        bot follows the episode: it is told the action actually taken (a noisy demonstrator's
+        random move included) and is rebuilt from the current state when it missed a turn
+        (a replayed prefix). None when it has no suggestion or fails (bc then moves at random)."""
+        from minigrid.utils.baby_ai_bot import BabyAIBot
+
+        try:
+            if self._bot is None or self._bot_step != self.steps - 1:
+                self._bot, taken = BabyAIBot(self._env), None
+            else:
+                taken = self._last_action
+            action = int(self._bot.replan(taken))
+        except Exception:   # the bot asserts on states it cannot plan from (e.g. a blocked door)
+            self._bot = None
+            return None
+        self._bot_step = self.steps
+        return ACTIONS[action]
 
 
 def expert_actions(level: str, seed: int, max_steps: int | None = None) -> list[str]:

@@ -86,7 +86,7 @@ def expert_traces() -> dict[int, list[str]]:
 
 
 def run_case(name: str, tok, model, work: Path) -> dict:
-    from components.agentic.config import EpisodeTrainConfig
+    from components.agentic.episode_train_config import EpisodeTrainConfig
     from components.agentic.trainer import EpisodeTrainer
     from components.stages.base import NullTracker
 

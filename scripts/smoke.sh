@@ -26,7 +26,7 @@ if [[ "$DEVICE" == cpu ]]; then
   PY="${PYTHON:-$ROOT/.venv-scale/bin/python}"
   [[ -x "$PY" ]] || { echo "smoke --device cpu: $PY missing: run make scale-env" >&2; exit 2; }
   # the CPU defaults (eager, fp32, no sleep mode, SDPA, FSDP2 over gloo) come from
-  # components/trainer/verl/config.py:CPU_OVERRIDES when no CUDA device is visible
+  # components/trainer/verl/hydra_config.py:CPU_OVERRIDES when no CUDA device is visible
   VERL_OVERRIDES='[]'
   BUDGET=1500
 else

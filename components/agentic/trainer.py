@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from components.agentic.config import EpisodeTrainConfig
+from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
 from components.agentic.rollout import (EpisodeRun, Start, prompt_encoder, rollout_episodes, success_rate,
                                         to_gigpo_episodes)

@@ -30,7 +30,7 @@ import torch
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from components.agentic.config import EpisodeTrainConfig
+from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
 from components.agentic.rollout import EpisodeRun, Start, success_rate, to_gigpo_episodes
 from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
@@ -248,7 +248,7 @@ def episode_step_metrics(runs: Sequence[EpisodeRun], before: dict, meter: TokenM
 
 # ---------------------------------------------------------------------- one run (the stage's backend)
 def verl_fields(c: EpisodeTrainConfig, response_length: int) -> SimpleNamespace:
-    """What ``components.trainer.verl.config.overrides`` reads from a train config, for an
+    """What ``components.trainer.verl.hydra_config.overrides`` reads from a train config, for an
     episodic run: one optimizer step per update (``ppo_epochs`` 1, the whole batch one
     mini-batch), so the PPO ratio is 1 and clipping never binds, as in the embedded trainer.
     ``adv_estimator`` only satisfies verl's config: this trainer computes GiGPO itself."""
@@ -262,7 +262,7 @@ def verl_fields(c: EpisodeTrainConfig, response_length: int) -> SimpleNamespace:
 def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
     from omegaconf import OmegaConf
 
-    from components.trainer.verl.config import CPU_OVERRIDES, compose, overrides
+    from components.trainer.verl.hydra_config import CPU_OVERRIDES, compose, overrides
 
     cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
     response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tiny import TINY_TEST_POLICY
 
-from components.agentic.config import EpisodeTrainConfig
+from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.methods import EpisodicVSR, build_episodic, episodic_config
 from components.agentic.policy import build_agent_tokenizer
 from components.agentic.rollout import EpisodeRun, Start, TurnRecord, rollout_episodes

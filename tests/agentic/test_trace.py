@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny import TINY_TEST_POLICY
 
-from components.agentic.config import EpisodeTrainConfig
+from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
 from components.agentic.policy import build_agent_tokenizer
 from components.agentic.rollout import EpisodeRun, Start, TurnRecord, rollout_episodes

@@ -110,7 +110,7 @@ def test_requests_one_row_per_episode_with_distinct_seeds():
 
 def test_turns_layout_rows_are_the_environments_prompts_and_replies(policy):
     from components.agentic.trainer import turn_rows
-    from components.agentic.config import EpisodeTrainConfig
+    from components.agentic.episode_train_config import EpisodeTrainConfig
     from components.agentic.verl_episodes import episode_requests, runs_from_output, turn_training_rows
 
     model, tok = policy
@@ -170,7 +170,7 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
     from omegaconf import OmegaConf
     from verl import DataProto
 
-    from components.agentic.config import EpisodeTrainConfig
+    from components.agentic.episode_train_config import EpisodeTrainConfig
     from components.agentic.methods import build_episodic
     from components.agentic.verl_trainer import EpisodePPOTrainer
 

@@ -29,7 +29,7 @@ def test_compose_maps_train_params_onto_verls_config(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.trainer.verl import config as vc
+    from components.trainer.verl import hydra_config as vc
 
     cfg = TrainConfig(method="vsr", adv_estimator="drgrpo", loss_agg_mode="seq-mean-token-sum-norm",
                       kl_coef=0.01, lr=3e-6, batch_prompts=4, max_new_tokens=48, steps=7, ckpt_every=3,
@@ -68,7 +68,7 @@ def test_agent_loop_yaml_names_an_importable_loop():
     import yaml
 
     from components.trainer.verl.agent_loop import ContextIdsAgentLoop
-    from components.trainer.verl.config import AGENT_LOOPS_YAML
+    from components.trainer.verl.hydra_config import AGENT_LOOPS_YAML
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
     (entry,) = yaml.safe_load(AGENT_LOOPS_YAML.read_text())

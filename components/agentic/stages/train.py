@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from components.agentic.config import EpisodeTrainConfig
+from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.stages.base import StageContext
 
 NAME = "train"

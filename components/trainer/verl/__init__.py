@@ -1,11 +1,11 @@
 """The verl backend of the ``train`` stage (GPU, Ray, vLLM rollouts).
 
-config.py   our train params -> verl's composed Hydra config
+hydra_config.py  our train params -> verl's composed Hydra config
 rollout.py  RolloutEngine over verl's generate_sequences (DataProto in/out)
 agent_loop.py  the token-id agent loop verl's rollout workers run for it
 dataproto.py  Groups <-> DataProto, verl core_algos advantages with uid grouping
 trainer.py  RayPPOTrainer subclass running the shared loop (components/trainer/loop.py)
-run.py      one run (stage backend: verl); __main__.py the CLI
+run.py      one run (stage backend: verl; ``rlvr train-verl`` on the command line)
 
 Nothing here is imported by the embedded path; importing this package imports nothing heavy.
 """

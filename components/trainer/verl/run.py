@@ -1,5 +1,5 @@
-"""One training run on verl: the ``train`` stage's ``backend: verl`` and ``python -m
-components.trainer.verl``. Same inputs and outputs as the embedded path
+"""One training run on verl: the ``train`` stage's ``backend: verl`` and ``rlvr train-verl``
+(``components/cli.py``). Same inputs and outputs as the embedded path
 (``components/stages/train.py``); Ray and the GPU workers start here."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
 
     import torch
 
-    from components.trainer.verl.config import CPU_OVERRIDES, compose, overrides, samples_per_prompt
+    from components.trainer.verl.hydra_config import CPU_OVERRIDES, compose, overrides, samples_per_prompt
 
     # the sweep's own verl_overrides come last, so they can undo any CPU default
     extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + tuple(params.verl_overrides)

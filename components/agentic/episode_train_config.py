@@ -1,6 +1,6 @@
 """Settings of an episodic training run (also the agentic ``train`` stage's params). Light: no torch.
 
-Defaults are verl-agent's GiGPO Sokoban settings where they apply (``METHODS.md`` section 11:
+Defaults are verl-agent's GiGPO Sokoban settings where they apply (``docs/methods.md`` §11:
 group n = 8 in the method config, gamma 0.95, step weight 1, ``mean_norm``, invalid-action
 penalty in the environment); the learning rate, batch of map seeds and update count are the
 embedded regime's (a 0.8M-parameter policy on 2 CPU cores), not the paper's.

@@ -6,7 +6,7 @@ same thing on either task:
 
 * ``grpo``: a group of ``n`` episodes from each map seed's initial state. With the GiGPO
   estimator (the agentic train stage's default) this is the paper's GiGPO baseline.
-* ``vsr``: VSR on episodes (seed 000, section 5 and appendix D). The buffer holds the most
+* ``vsr``: VSR on episodes (the VSR paper, section 5 and appendix D; ``docs/methods.md`` §4). The buffer holds the most
   recent successful episode of each map seed, the policy's own only (the paper uses no expert
   cold start on agentic tasks). A replay state is a turn prefix (seed, first i actions),
   0 < i < L, restored by replaying the environment. Score p_hat = (1 - alpha) p0 + alpha R with

@@ -1,5 +1,5 @@
 """TRACE: Tree Rollout Allocation for Contrastive Exploration (Zou et al., arXiv 2606.11119;
-seed 001, seventh abstract; no public code; METHODS.md section 10). An episodic method
+known from its abstract; no public code). An episodic method
 (``components.agentic.methods`` protocol: ``starts`` -> episodes -> ``observe``). Rules, the
 abstract sentence each comes from, and our choices ([ours], knobs of :class:`TRACEConfig`):
 
@@ -14,10 +14,10 @@ abstract sentence each comes from, and our choices ([ours], knobs of :class:`TRA
    newest kept).
 2. "TRACE allocates rollout budget to both prompt roots and intermediate prefixes that are
    most likely to yield mixed terminal rewards." Each anchor's score is p_hat (1 - p_hat)
-   (METHODS.md: [INF] rank anchors by p(1 - p)); the B groups of an update go to B anchors
-   drawn without replacement in proportion to score + ``score_floor`` [ours: proportional,
-   as VSR draws its replays; ``selection: top`` takes the B best], roots and prefixes
-   competing for the same budget (no fixed replay share). Budget: B n episodes per update.
+   [ours: the Bernoulli variance as "likely to yield mixed rewards"]; the B groups of an
+   update go to B anchors drawn without replacement in proportion to score + ``score_floor``
+   [ours: proportional, as VSR draws its replays; ``selection: top`` takes the B best], roots
+   and prefixes competing for the same budget (no fixed replay share). Budget: B n episodes per update.
 3. "A shared generalizable predictor estimates conditional success probability at these
    anchors from prefix histories to guide this allocation." One logistic regression over
    all seeds, p_hat = sigmoid(w . phi(anchor)), with phi [ours] = (1, depth / ``horizon``,

@@ -11,7 +11,7 @@ tensors carry the first turn; the whole episode travels in ``extra_fields['episo
 
 ``serialized`` (:func:`run_episode`): the episode as one serialized trajectory, the
 paper's representation ("a serialized interaction history consisting of the task instruction,
-previous actions, environment feedback, and current observations"; seed 000, appendix D):
+previous actions, environment feedback, and current observations"; the VSR paper, appendix D):
 
     prompt_ids   = instruction + first observation  [+ replayed turns, for a VSR replay state]
     response_ids = reply_1 obs_1 reply_2 obs_2 ... reply_K

@@ -15,7 +15,7 @@ step that a server-based engine needs (``begin_step``, ``after_rollout``, ``afte
 The task hooks (``training_set``, ``batch_size``, ``validation_set``, ``rollout``,
 ``observe``, ``step_metrics``, ``validation_metrics``, ``summary``) default to the math task
 (prompts, ``Method.rollout`` through a ``RolloutContext``); the episodic trainer
-(``components/agentic/episode_trainer.py``) overrides them with map seeds, multi-turn episodes
+(``components/agentic/trainer.py``) overrides them with map seeds, multi-turn episodes
 and success rates.
 The checkpoint is written after the step's row is in the history, so a resumed run keeps
 every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 import toy_stages
 from components import lineage
-from components.cli import RESULT_KEYS, app
+from components.cli import app
+from components.job_cli import RESULT_KEYS
 from components.k8s.stage_pods import XCOM_FILE, run_stage_args
 
 

@@ -269,7 +269,7 @@ def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
     agentic = (f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS_YAML}")
     extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + agentic + tuple(params.verl_overrides)
-    n = int(getattr(build_episodic(cfg.method, cfg.method_config).config, "n", 1))
+    n = build_episodic(cfg.method, cfg.method_config).episodes_per_step(1)   # episodes per start state
     ov = overrides(verl_fields(cfg, response_length), model_path=model_dir, work_dir=work_dir, n=n,
                    project=sweep or "rlvr", experiment=f"train-agentic-{cfg.method}-s{cfg.seed}",
                    n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
@@ -305,7 +305,7 @@ def train_agentic_with_verl(params, ctx) -> dict:
     traces = read_json(ctx.input("prefixes") / "traces.json")
     cfg, config = build_config(params, model_path(ctx.input("model")), ctx.work_dir, ctx.sweep)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    attach_mlflow(getattr(ctx.tracker, "run_id", ""))
+    attach_mlflow(ctx.tracker.run_id)
     started_ray = not ray.is_initialized()
     if started_ray:
         env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))

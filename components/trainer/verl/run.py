@@ -87,7 +87,7 @@ def train_with_verl(params: Any, ctx) -> dict:
         on_cpu = use_cpu_platform()
     run = prepare(params, ctx)
     config = run["config"]
-    attach_mlflow(getattr(ctx.tracker, "run_id", ""))
+    attach_mlflow(ctx.tracker.run_id)
     started_ray = not ray.is_initialized()
     if started_ray:
         env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))

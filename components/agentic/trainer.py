@@ -13,8 +13,10 @@ validation, checkpoint, resume); :class:`EpisodeLoop` supplies the episode-speci
   history, observation) on the context side and its reply on the response side, so only reply
   (action) tokens are in the loss (``trainer.sequences``' rule, reused through ``Group``).
   Replayed prefix turns have no row;
-* the loss is the on-policy policy gradient (one epoch, so the PPO ratio is 1 and clipping
-  never binds), aggregated as ``loss_agg_mode``;
+* the loss is the project's one clipped policy-gradient loss
+  (``components.algos.losses.pg_token_losses``, verl's) on-policy: one epoch, so the ratio
+  is 1, clipping never binds and the gradient is the policy gradient; aggregated as
+  ``loss_agg_mode``. Its value (``train/loss``) is verl's surrogate at ratio 1, -sum(A w);
 * validation is the success rate on held-out map seeds (one episode each); metrics are
   episode statistics (success, return, turns, invalid replies).
 
@@ -36,6 +38,7 @@ from components.agentic.methods import build_episodic
 from components.agentic.rollout import (EpisodeRun, Start, prompt_encoder, rollout_episodes, success_rate,
                                         to_gigpo_episodes)
 from components.algos.gigpo import gigpo_advantages
+from components.algos.losses import pg_token_losses
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
 from components.trainer import checkpoint
@@ -197,7 +200,10 @@ class EpisodeTrainer(EpisodeLoop):
             att = seqs.attention[idx]
             T = int(att.sum(-1).max())
             logp, _ = response_logprobs(self.model, seqs.input_ids[idx, :T], att[:, :T])
-            loss = (-adv[idx][:, None] * logp * w[idx, :T]).sum()
+            # on-policy: old = logp, so the ratio is 1, clipping never binds and the gradient
+            # is the policy gradient -A grad(logp)
+            pg, _, _, _ = pg_token_losses(logp, logp.detach(), adv[idx][:, None])
+            loss = (pg * w[idx, :T]).sum()
             loss.backward()
             stats["loss"] += float(loss.detach())
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip))

@@ -76,9 +76,9 @@ def test_tiny_agentic_sweep_end_to_end(tmp_path):
     evals = [json.loads((d / "results.json").read_text()) for d in (arts / "evaluate").iterdir()
              if (d / "results.json").is_file()]
     assert len(evals) == 4 and all(e["problems"] == 4 and e["samples_per_problem"] == 2 for e in evals)
-    for d in (arts / "train").iterdir():
-        if not (d / "summary.json").is_file():
-            continue
+    trains = [d for d in (arts / "train").iterdir() if (d / "manifest.json").is_file()]
+    assert len(trains) == 3 and all((d / "summary.json").is_file() for d in trains), trains
+    for d in trains:
         s = json.loads((d / "summary.json").read_text())
         hist = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
         # every generated token of the run is in the per-update counts, and in tokens.json per turn

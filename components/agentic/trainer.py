@@ -70,6 +70,9 @@ class EpisodeLoop(FitLoop):
     ``save_checkpoint``, ``log_metrics``)."""
 
     cfg: EpisodeTrainConfig
+    # generated tokens of the training episodes only (a verl rollout also meters the padding
+    # rows it discards), so the per-update counts add up to the summary's total
+    step_tokens_purpose = "train_rollout"
 
     def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
         """Every start's episodes, played to the end with sampling seed ``seed``."""
@@ -107,13 +110,14 @@ class EpisodeLoop(FitLoop):
         groups: dict[str, list[bool]] = {}
         for r in runs:
             groups.setdefault(r.start.group_id(), []).append(r.won)
+        turns = [t for r in runs for t in r.turns]
         return {
             "reward/mean": success_rate(runs),          # success rate (the tables' training curve)
             "reward/fresh_mean": success_rate(fresh),
             "reward/replay_mean": success_rate(replay) if replay else math.nan,
             "episode/return_mean": float(np.mean([r.episode_return for r in runs])),
             "episode/new_turns_mean": float(np.mean([len(r.turns) for r in runs])),
-            "episode/invalid_frac": float(np.mean([not t.valid for r in runs for t in r.turns])),
+            "episode/invalid_frac": float(np.mean([not t.valid for t in turns])) if turns else math.nan,
             "groups/mixed_frac": float(np.mean([len(set(v)) > 1 for v in groups.values()])),
             "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
             "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),

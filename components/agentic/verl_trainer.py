@@ -9,9 +9,11 @@ weights go to the vLLM replicas. Observation tokens are never in the loss: in th
 layout they are each row's prompt, in ``serialized`` their ``response_mask`` is 0
 (``verl_episodes``).
 
-verl plumbing shared with the math verl trainer is borrowed from it function by function
-(``RLVRPPOTrainer``: the actor update call, checkpoints with the loop state beside verl's,
-the HF export and the run's records), so both backends checkpoint, resume and write their
+The loop is the one fit loop (``components.trainer.loop.FitLoop``) with the episode hooks of
+``components.agentic.trainer.EpisodeLoop``, as the embedded episodic trainer runs it; this
+class supplies the verl parts. verl plumbing shared with the math verl trainer is borrowed
+from it function by function (``RLVRPPOTrainer``: the actor update call, checkpoints with the
+loop state beside verl's, the HF export), so both backends checkpoint, resume and write their
 outputs the same way. Ray is started as ``components.trainer.verl.run`` starts it (CPU platform
 on a machine without a GPU).
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,21 +33,22 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.methods import build_episodic
-from components.agentic.rollout import EpisodeRun, Start, success_rate, to_gigpo_episodes
+from components.agentic.rollout import EpisodeRun, Start, to_gigpo_episodes
+from components.agentic.trainer import EpisodeLoop, turn_rows
 from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
                                               serialized_training_rows,
                                               turn_training_rows)
 from components.algos.gigpo import gigpo_advantages
 from components.engine.base import SamplingParams, TokenMeter
-from components.progress import step_progress
-from components.trainer.loop import FitLoop, batch_order
 from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices
 
 AGENT_LOOPS_YAML = Path(__file__).with_name("verl_agent_loops.yaml")
-VALIDATION_SEED = 7_919
 
 
-class EpisodePPOTrainer(RayPPOTrainer):
+class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
+    """The loop is ``FitLoop`` with ``EpisodeLoop``'s episode hooks, as the embedded episodic
+    trainer runs it; this class supplies verl's rollout (``play``), update, replicas' sleep and
+    weight sync around them, checkpoints and logger."""
     backend_name = "verl"
     # the math verl trainer's plumbing, unchanged (see the module docstring)
     _update_actor = RLVRPPOTrainer._update_actor
@@ -54,7 +56,6 @@ class EpisodePPOTrainer(RayPPOTrainer):
     restore = RLVRPPOTrainer.restore
     save_checkpoint = RLVRPPOTrainer.save_checkpoint
     save_outputs = RLVRPPOTrainer.save_outputs
-    write_records = FitLoop.write_records
 
     def __init__(self, config, tokenizer, role_worker_mapping, resource_pool_manager, ray_worker_group_cls, *,
                  train_cfg: EpisodeTrainConfig, env_spec: dict, layout: str, max_prompt_length: int, n_train: int):
@@ -69,9 +70,23 @@ class EpisodePPOTrainer(RayPPOTrainer):
         self.meter = TokenMeter(method=train_cfg.method, seed=train_cfg.seed, backend="verl")
         self.method = build_episodic(train_cfg.method, train_cfg.method_config)
         self.history: list[dict[str, float]] = []
+        self.train_out = None      # the last training rollout's DataProto (the serialized layout's rows)
+
+    # ------------------------------------------------------------------ loop hooks
+    def begin_step(self, step: int) -> None:
+        self.global_steps = step + 1          # verl's step counter: request meta_info, checkpoint dirs
+
+    def after_rollout(self) -> None:
+        self.checkpoint_manager.sleep_replicas()
+
+    def after_update(self) -> None:
+        self.checkpoint_manager.update_weights(self.global_steps)
+
+    def log_metrics(self, row: dict[str, float], step: int) -> None:
+        self.logger.log(data=row, step=step)
 
     # ------------------------------------------------------------------ rollouts
-    def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> tuple[list[EpisodeRun], Any]:
+    def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
         c = self.cfg
         batch = episode_requests(starts, self.env_spec, SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed),
                                  layout=self.layout, template=c.prompt_template,
@@ -91,7 +106,9 @@ class EpisodePPOTrainer(RayPPOTrainer):
             else:
                 gen = int(out.batch["response_mask"][len(kept):].sum())
             self.meter.record("discarded", prompt_tokens=0, generated_tokens=int(gen), sequences=pad_rows, requests=0)
-        return runs, kept
+        if purpose == "train_rollout":
+            self.train_out = kept
+        return runs
 
     def _meter(self, runs: Sequence[EpisodeRun], out, purpose: str) -> None:
         """Per turn index: the prompt tokens each turn's request carried and the reply tokens."""
@@ -111,10 +128,8 @@ class EpisodePPOTrainer(RayPPOTrainer):
                 self.meter.record(purpose, prompt_tokens=p, generated_tokens=g, sequences=n, requests=n)
 
     # ------------------------------------------------------------------ the update
-    def update(self, runs: Sequence[EpisodeRun], out) -> dict[str, float]:
-        from components.agentic.trainer import turn_rows
-
-        c = self.cfg
+    def update(self, runs: Sequence[EpisodeRun]) -> dict[str, float]:
+        c, out = self.cfg, self.train_out
         if self.layout == "turns":
             data = turn_training_rows(turn_rows(runs, c), self.tokenizer.pad_token_id, self.response_length)
         else:
@@ -157,93 +172,20 @@ class EpisodePPOTrainer(RayPPOTrainer):
         from omegaconf import OmegaConf
         from verl.utils.tracking import Tracking
 
-        c = self.cfg
-        if not train_seeds:
-            raise ValueError(f"{c.method}: no training map seeds")
         self.logger = Tracking(project_name=self.config.trainer.project_name,
                                experiment_name=self.config.trainer.experiment_name,
                                default_backend=self.config.trainer.logger,
                                config=OmegaConf.to_container(self.config, resolve=True))
-        self.method.setup(train_seeds, resources)
-        val = list(val_seeds)[: c.val_seeds]
-        start, state = self.restore()
-        if state is not None:
-            self.method.load_state_dict(state["method"])
-            self.meter.load_state_dict(state["meter"])
-            self.history = state["history"]
-        if start == 0 and val:
-            self._log({"val/accuracy": self.validate(val, -1)}, step=0)
-        with step_progress(f"train {c.method} s{c.seed} (episodes, verl)", c.steps, start) as bar:
-            for step in range(start, c.steps):
-                self.global_steps = step + 1
-                t0 = time.monotonic()
-                batch = [train_seeds[i] for i in batch_order(len(train_seeds), c.seed, step, c.batch_seeds)]
-                starts = self.method.starts(batch, step, np.random.default_rng([c.seed, step, 17]))
-                before = self.meter.totals("train_rollout")
-                with self.meter.tagged(step=step):
-                    runs, out = self.play(starts, c.seed * 1_000_003 + 101 * step)
-                self.checkpoint_manager.sleep_replicas()
-                t_gen = time.monotonic() - t0
-                self.method.observe(runs, step)
-                row = episode_step_metrics(runs, before, self.meter)
-                row.update({f"train/{k}": v for k, v in self.update(runs, out).items()})
-                self.checkpoint_manager.update_weights(self.global_steps)
-                row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
-                row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
-                if val and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
-                    row["val/accuracy"] = self.validate(val, step)
-                self._log(row, step=step + 1)
-                if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
-                    self.save_checkpoint(step, {"method": self.method.state_dict(), "meter": self.meter.state_dict(),
-                                                "history": self.history})
-                bar.advance(1, info=f"success {row['reward/mean']:.3f} replay {row['groups/replay_frac']:.2f}")
-        return self.summary()
+        return self.run_loop(train_seeds, val_seeds, resources, self.tokenizer)
 
-    def validate(self, seeds: Sequence[int], step: int) -> float:
-        with self.meter.tagged(step=step):
-            runs, _ = self.play([Start(int(s), (), f"val{s}", 1) for s in seeds], VALIDATION_SEED + self.cfg.seed,
-                                purpose="validation")
-        return success_rate(runs)
-
-    def _log(self, row: dict[str, float], step: int) -> None:
-        clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
-        self.logger.log(data=clean, step=step)
-        self.history.append({"step": step, **clean})
+    def step_metrics(self, runs: list[EpisodeRun], before: dict, after: dict) -> dict[str, float]:
+        """The episode metrics, plus the share of turns cut at the per-turn budget."""
+        turns = [t for r in runs for t in r.turns]
+        clip = float(np.mean([t.finish_reason == "length" for t in turns])) if turns else math.nan
+        return {**super().step_metrics(runs, before, after), "response_length/clip_ratio": clip}
 
     def summary(self) -> dict[str, Any]:
-        tot = self.meter.totals("train_rollout")
-        vals = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
-        return {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps, "task": "agentic",
-                "backend": "verl", "layout": self.layout, "adv_estimator": self.cfg.adv_estimator,
-                "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
-                "rollouts": int(sum(h.get("rollouts", 0) for h in self.history)), "generated_turns": tot["sequences"],
-                "final_val_accuracy": vals[-1] if vals else None, "max_new_tokens": self.cfg.max_new_tokens,
-                "clip_ratio": None}
-
-
-def episode_step_metrics(runs: Sequence[EpisodeRun], before: dict, meter: TokenMeter) -> dict[str, float]:
-    """The embedded episodic trainer's step metrics, plus the share of turns cut at the budget."""
-    after = meter.totals("train_rollout")
-    fresh = [r for r in runs if not r.start.prefix]
-    replay = [r for r in runs if r.start.prefix]
-    groups: dict[str, list[bool]] = {}
-    for r in runs:
-        groups.setdefault(r.start.group_id(), []).append(r.won)
-    turns = [t for r in runs for t in r.turns]
-    return {
-        "reward/mean": success_rate(runs), "reward/fresh_mean": success_rate(fresh),
-        "reward/replay_mean": success_rate(replay) if replay else math.nan,
-        "episode/return_mean": float(np.mean([r.episode_return for r in runs])),
-        "episode/new_turns_mean": float(np.mean([len(r.turns) for r in runs])),
-        "episode/invalid_frac": float(np.mean([not t.valid for t in turns])) if turns else math.nan,
-        "response_length/clip_ratio": float(np.mean([t.finish_reason == "length" for t in turns])) if turns else math.nan,
-        "groups/mixed_frac": float(np.mean([len(set(v)) > 1 for v in groups.values()])),
-        "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
-        "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
-        "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
-        "tokens/generated_cum": float(after["generated_tokens"]),
-        "rollouts": float(len(runs)),
-    }
+        return {**super().summary(), "layout": self.layout}
 
 
 # ---------------------------------------------------------------------- one run (the stage's backend)

@@ -62,6 +62,8 @@ class FitLoop:
     meter: TokenMeter
     history: list[dict[str, float]]
     backend_name: str = "embedded"
+    # the meter purpose a step's tokens/* metrics count (None: every purpose metered in the step)
+    step_tokens_purpose: str | None = None
 
     # ------------------------------------------------------------------ backend hooks
     def rollout_ctx(self, step: int, seed_base: int) -> RolloutContext:
@@ -139,7 +141,7 @@ class FitLoop:
                 t0 = time.monotonic()
                 batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, self.batch_size())]
                 rng = np.random.default_rng([c.seed, step, 17])
-                before = self.meter.totals()
+                before = self.meter.totals(self.step_tokens_purpose)
                 with self.meter.tagged(step=step):
                     groups = self.rollout(batch, step, rng)
                 self.after_rollout()
@@ -147,7 +149,7 @@ class FitLoop:
                 self.observe(groups, step)
                 upd = self.update(groups)
                 self.after_update()
-                row = self.step_metrics(groups, before, self.meter.totals())
+                row = self.step_metrics(groups, before, self.meter.totals(self.step_tokens_purpose))
                 row.update({f"train/{k}": v for k, v in upd.items()})
                 row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
                 row.update(self.extra_metrics())

@@ -1,0 +1,61 @@
+"""The episodic trainers run the one fit loop (components/trainer/loop.py) with the episode
+hooks of components/agentic/trainer.py's EpisodeLoop; each backend supplies only its parts."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tiny import TINY_TEST_POLICY
+
+from components.agentic.episode_train_config import EpisodeTrainConfig
+from components.agentic.policy import build_agent_tokenizer
+from components.agentic.trainer import EpisodeLoop, EpisodeTrainer
+from components.envs.sokoban import SokobanEnv
+from components.policy.model import TinyPolicyConfig, build_policy
+from components.stages.base import NullTracker
+from components.trainer.loop import FitLoop
+
+LOOP_STEPS = ("run_loop", "_log", "write_records", "training_set", "batch_size", "validation_set", "rollout",
+              "observe", "validation_metrics")
+BACKEND_PARTS = ("play", "update", "restore", "save_checkpoint", "log_metrics")
+
+
+def make():
+    return SokobanEnv(num_boxes=1, template="compact", max_steps=4)
+
+
+def test_both_episodic_backends_run_the_one_loop():
+    pytest.importorskip("verl", reason="verl is not installed: the verl episodic trainer cannot be imported")
+    from components.agentic.verl_trainer import EpisodePPOTrainer
+
+    for cls in (EpisodeTrainer, EpisodePPOTrainer):
+        assert issubclass(cls, EpisodeLoop) and issubclass(cls, FitLoop), cls
+        for name in LOOP_STEPS:
+            assert name not in vars(cls), (cls.__name__, name)
+        for name in BACKEND_PARTS:
+            assert name in vars(cls), (cls.__name__, name)
+
+
+def test_step_token_counts_are_the_training_episodes_only(tmp_path):
+    """Tokens a backend meters under another purpose during the rollout (verl: the padding rows
+    it generates and discards) are not in tokens/generated, so the per-update counts add up to
+    the summary's total."""
+    tok = build_agent_tokenizer()
+    model = build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), tok, seed=1)
+
+    class Padded(EpisodeTrainer):
+        def play(self, starts, seed, purpose="train_rollout"):
+            runs = super().play(starts, seed, purpose)
+            self.meter.record("discarded", prompt_tokens=0, generated_tokens=1000, sequences=1, requests=0)
+            return runs
+
+    cfg = EpisodeTrainConfig(method="grpo", method_config={"n": 2}, steps=2, batch_seeds=2, val_seeds=0,
+                             max_new_tokens=6, ckpt_every=5)
+    torch.manual_seed(0)
+    t = Padded(cfg, copy.deepcopy(model), tok, make, NullTracker())
+    summary = t.fit([3, 4, 5], [], {}, tmp_path)
+    steps = [h for h in t.history if "tokens/generated" in h]
+    assert len(steps) == 2 and t.meter.totals("discarded")["generated_tokens"] == 2000
+    assert sum(h["tokens/generated"] for h in steps) == summary["generated_tokens"] > 0
+    assert steps[-1]["tokens/generated_cum"] == summary["generated_tokens"]

@@ -1,4 +1,4 @@
-"""The training loop both backends run.
+"""The training loop every trainer runs: math and episodic, embedded and verl.
 
 One step: the method picks the batch's rollouts and the backend's engine generates them
 (the grader scores them inside ``RolloutContext.sample_groups``); the method observes the
@@ -15,8 +15,9 @@ step that a server-based engine needs (``begin_step``, ``after_rollout``, ``afte
 The task hooks (``training_set``, ``batch_size``, ``validation_set``, ``rollout``,
 ``observe``, ``step_metrics``, ``validation_metrics``, ``summary``) default to the math task
 (prompts, ``Method.rollout`` through a ``RolloutContext``); the episodic trainer
-(``components/agentic/trainer.py``) overrides them with map seeds, multi-turn episodes
-and success rates.
+(``components/agentic/trainer.py``, ``EpisodeLoop``) overrides them with map seeds,
+multi-turn episodes and success rates.
+
 The checkpoint is written after the step's row is in the history, so a resumed run keeps
 every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's
 method rng from ``(seed, step, 17)``, so a resumed run draws what the uninterrupted one did.

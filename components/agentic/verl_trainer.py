@@ -162,6 +162,8 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
         old, _ = self._compute_old_log_prob(data)
         old.batch.pop("entropys")
         data = data.union(old)
+        if self.use_reference_policy:     # verl's KL loss, turned on by a sweep's verl_overrides (vsr_agentic.yaml)
+            data = data.union(self._compute_ref_log_prob(data))
         result = self._update_actor(data)
         from verl.utils.metric import reduce_metrics
         stats.update({k: float(v) for k, v in reduce_metrics(result.meta_info["metrics"]).items()})

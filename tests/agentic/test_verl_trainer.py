@@ -217,7 +217,7 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
     t.tokenizer, t.meter, t.history, t.global_steps = tok, TokenMeter(backend="verl"), [], 0
     t.method = build_episodic(method, method_config)
     t.async_rollout_manager = SimpleNamespace(generate_sequences=EpisodeGenerateSequences(model, tok, 6))
-    t.checkpoint_manager, t.actor_rollout_wg = Replicas(), None
+    t.checkpoint_manager, t.actor_rollout_wg, t.use_reference_policy = Replicas(), None, False
     return t
 
 
@@ -233,6 +233,8 @@ def _expert(seed):
 
 
 def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
+    from verl import DataProto
+
     from components.trainer.verl.trainer import STATE_FILE
 
     events: list[tuple] = []
@@ -240,6 +242,9 @@ def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
     vsr = {"n": 2, "rho": 0.5, "expert_seed": True}
     resources = {"expert_traces": {str(s): _expert(s) for s in seeds}, "p0": {}}
     first = _trainer(policy, tmp_path, "vsr", vsr, 2, events)
+    first.use_reference_policy = True       # verl's KL loss on (vsr_agentic.yaml): reference log-probs join the batch
+    first._compute_ref_log_prob = lambda d: DataProto.from_dict(
+        tensors={"ref_log_prob": torch.zeros(d.batch["responses"].shape)})
     first.fit_episodes(seeds, [100, 101], resources)
     kinds = [e[0] for e in events]
     assert kinds[:1] == ["weights"] and kinds[1:5] == ["sleep", "update", "weights", "sleep"]
@@ -250,6 +255,7 @@ def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
             "response_length/clip_ratio", "method/buffer_states"} <= {k for h in first.history for k in h}
     # the update saw one row per generated turn, every prompt a real environment prompt
     upd = [e[2] for e in events if e[0] == "update"]
+    assert all("ref_log_prob" in d.batch.keys() and "old_log_probs" in d.batch.keys() for d in upd)
     turns = [int(r["rollouts"] * r["episode/new_turns_mean"] + 0.5) for r in rows]
     assert [int(d.batch["response_mask"].sum(-1).gt(0).sum()) for d in upd] == turns
     P = upd[0].batch["prompts"].shape[1]

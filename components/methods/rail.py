@@ -229,7 +229,9 @@ class RAIL(Method):
         for g in groups:
             g.meta["rail_arm"] = self.arms[self.pending[g.uid][1]]
         counts = np.bincount(chosen, minlength=len(self.arms))
-        self.last = {"live": float(self.live), **{f"arm_{a}": float(k) for a, k in zip(self.arms, counts)}}
+        # metric names: MLflow refuses '@' (the replay arms' names), so it is spelled "_at_" there
+        self.last = {"live": float(self.live),
+                     **{f"arm_{a.replace('@', '_at_')}": float(k) for a, k in zip(self.arms, counts)}}
         return groups
 
     def observe(self, groups: list[Group]) -> None:

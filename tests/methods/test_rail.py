@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+from mlflow.utils.validation import _validate_metric_name
 import pytest
 
 from components.data.schema import Problem
@@ -108,6 +109,8 @@ def test_rail_shadow_then_live_budget_and_learning():
         groups = m.rollout(pool[:6], ctx(eng, step), np.random.default_rng(step))
         assert sum(g.n for g in groups) == m.rollouts_per_step(6) == 24
         assert m.live == (step >= 2) and m.step_stats()["live"] == float(step >= 2)
+        for key in m.step_stats():   # logged as method/<key>: MLflow's own name rule (it refused '@')
+            _validate_metric_name(f"method/{key}")
         seen_arms |= {g.meta["rail_arm"] for g in groups}
         for g in groups:
             if g.meta["rail_arm"].startswith(("replay", "hint")):

@@ -12,22 +12,40 @@ The tiny policy's prompts are synthetic chains (``--model`` a tiny-policy dir or
 artifact; none = freshly initialised); ``--math500`` takes MATH500's first problems in the
 chat template instead (a real model: ``--model`` a pretrain artifact with model_ref.json or an
 HF directory). Prints the median of ``--repeats`` runs per engine and the ratios to the first.
+Thread count matters for the ratio: ``--threads`` sets torch's threads before any engine
+starts; run with ``OMP_NUM_THREADS`` equal to it so that vLLM's CPU kernels (OpenMP) use the
+same count (vLLM's CPU worker then disables ``torch.set_num_threads`` in this process). The
+count each engine ran with is printed.
+
+``--evaluate N`` instead runs the ``evaluate`` stage (its own code: chat template, the project's
+grader) on MATH500's first N problems once per engine (``engine`` = ``engine: hf``, ``vllm`` =
+``engine: vllm``), ``--n`` samples per problem, ``--temperature`` / ``--top-p`` / ``--max-new``,
+one seed, and prints mean@n with its 95 % bootstrap interval over problems
+(analysis.stats), the paired difference to the first engine, the share of responses cut by
+the budget, generated tokens and each stage's wall time (engine start-up included).
+``--markdown`` prints the tables as markdown (what bench/RESULTS.md holds).
 
     .venv/bin/python bench/engine_throughput.py --model .rlvr/artifacts/pretrain/<key>
     .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm --model <tiny pretrain artifact>
     .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm --model <SmolLM2 pretrain artifact> \
         --math500 --prompts 16 --n 4 --max-new 256
+    OMP_NUM_THREADS=1 .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm \
+        --model <SmolLM2 pretrain artifact> --evaluate 100 --n 4 --temperature 0.7 --max-new 128 --threads 1
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import tempfile
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from components.engine.base import Request, SamplingParams, TokenMeter  # noqa: E402
@@ -59,6 +77,82 @@ def contexts(tok, args) -> list[list[int]]:
             for p in generate_problems(args.prompts, [6, 7, 8], seed=3, operand_digits=1)]
 
 
+ENGINE_OF_STAGE = {"engine": "hf", "vllm": "vllm"}   # bench name -> the evaluate stage's ``engine``
+
+
+def evaluate_engines(args, names: list[str]) -> None:
+    """The evaluate stage on MATH500[:N] once per engine, same params but ``engine``."""
+    from analysis.stats import bootstrap_mean, paired_difference
+    from components.stages import evaluate
+    from components.stages.base import NullTracker, StageContext
+
+    if args.model is None:
+        raise SystemExit("--evaluate needs --model (a pretrain artifact or model directory)")
+    out_root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-eval-"))
+    rows = {}
+    for name in names:
+        if name not in ENGINE_OF_STAGE:
+            raise SystemExit(f"--evaluate: engine {name!r} is not one of the evaluate stage's ({', '.join(ENGINE_OF_STAGE)})")
+        params = evaluate.Params(label=f"bench-{name}", benchmark="math500", max_problems=args.evaluate,
+                                 samples_per_seed=args.n, seeds=[0], pass_ks=[1, args.n], temperature=args.temperature,
+                                 top_p=args.top_p, max_new_tokens=args.max_new, prompt_template="chat",
+                                 threads=args.threads, engine=ENGINE_OF_STAGE[name])
+        out = out_root / name
+        record = out / "bench.json"
+        setting = {"params": params.model_dump(mode="json"), "model": str(Path(args.model).resolve())}
+        if record.is_file():
+            # an earlier invocation with --out ran this engine: reuse it only for the same settings
+            done = json.loads(record.read_text())
+            if done["setting"] != setting:
+                raise SystemExit(f"{record}: ran with other settings ({done['setting']}); use another --out")
+        else:
+            out.mkdir(parents=True, exist_ok=False)
+            # benchmark set: the stage reads its problems from MATH500, never from a ``hard`` input
+            ctx = StageContext(out_dir=out, work_dir=out / "work", inputs={"model": Path(args.model)},
+                               tracker=NullTracker())
+            load0 = os.getloadavg()[0]
+            t0, c0 = time.perf_counter(), time.process_time()
+            evaluate.run(params, ctx)
+            done = {"setting": setting, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                    "torch_threads": torch.get_num_threads(), "load_avg": [load0, os.getloadavg()[0]],
+                    "dtype": "float32" if name == "engine" else vllm_auto_dtype(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
+            record.write_text(json.dumps(done, indent=1))
+        res = json.loads((out / "results.json").read_text())
+        rows[name] = (res, done)
+        print(f"{name}: evaluate wall {done['wall_s']:.0f} s, mean@{args.n} {res['mean_at_k']:.3f}, "
+              f"clip {res['clip_ratio']:.2f}, results {out / 'results.json'}", flush=True)
+    first = names[0]
+    uids = list(rows[first][0]["per_problem"])
+    acc = {n: np.array([[rows[n][0]["per_problem"][u] for u in uids]]) for n in rows}
+    label = {"engine": "embedded transformers engine (`engine: hf`)", "vllm": "vLLM CPU (`engine: vllm`)"}
+    print(f"\n| engine | mean@{args.n} [95% CI] | pass@{args.n} | responses cut at {args.max_new} tokens | "
+          "mean response tokens | generated tokens | wall s | CPU s | generated tokens / CPU s | dtype | "
+          "threads (torch, OMP) | load average (start, end) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, (res, done) in rows.items():
+        gen = res["eval_tokens"]["generated_tokens"]
+        print(f"| {label[n]} | {bootstrap_mean(acc[n]).fmt()} | {res['pass_at_k'][str(args.n)]:.3f} | "
+              f"{res['clip_ratio']:.1%} | {res['response_length_mean']:.0f} | {gen:,} | {done['wall_s']:.0f} | "
+              f"{done['cpu_s']:.0f} | {gen / done['cpu_s']:.0f} | {done['dtype']} | "
+              f"{done['torch_threads']}, {done['omp_num_threads']} | "
+              f"{done['load_avg'][0]:.1f}, {done['load_avg'][1]:.1f} |")
+    for n in names[1:]:
+        print(f"\n{n} - {first}, paired over the same problems: {paired_difference(acc[n], acc[first]).fmt()}")
+    print(f"\n(MATH500 first {len(uids)} problems x {args.n} samples, one seed (0), T={args.temperature}, "
+          f"top_p={args.top_p}, up to {args.max_new} new tokens, chat template; wall and CPU s: the whole stage, "
+          "engine start-up and grading included; CPU s: this process (all its threads; the grader's worker "
+          "processes not counted); interval: bootstrap over problems)")
+
+
+def vllm_auto_dtype() -> str:
+    """The dtype vLLM's ``dtype="auto"`` (the evaluate stage's) gives a float32 checkpoint here:
+    it downcasts float32 to the platform's preferred dtype (bfloat16 on a CPU with it)."""
+    from vllm.config.model import _resolve_auto_dtype
+
+    return str(_resolve_auto_dtype("llama", torch.float32, is_pooling_model=False)).replace("torch.", "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -67,10 +161,23 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--vllm-dtype", default="float32", help="the throughput runs' vLLM dtype (the engine runs fp32)")
+    ap.add_argument("--evaluate", type=int, default=None, metavar="N",
+                    help="run the evaluate stage on MATH500[:N] per engine instead of the throughput runs")
+    ap.add_argument("--out", default=None, help="--evaluate: keep each engine's results in OUT/<engine> and reuse "
+                    "them in a later call with the same settings (one engine per call, then the table)")
+    ap.add_argument("--warmup", default="all", help="engines that get an untimed warm-up call first "
+                    "(comma-separated, 'all' or 'none')")
+    ap.add_argument("--markdown", action="store_true", help="the throughput table as markdown")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.evaluate is not None:
+        evaluate_engines(args, args.engines.split(","))
+        return
     model_dir, model, tok = load(args.model)
     ctxs = contexts(tok, args)
     from components.hf_models import stop_token_ids
@@ -87,8 +194,9 @@ def main() -> None:
             att[i, width - len(r):] = 1
         torch.manual_seed(seed)
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=1.0, top_p=1.0,
-                                 max_new_tokens=args.max_new, pad_token_id=tok.pad_token_id, eos_token_id=stops)
+            out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=args.temperature,
+                                 top_p=args.top_p, max_new_tokens=args.max_new, pad_token_id=tok.pad_token_id,
+                                 eos_token_id=stops)
         gen = out[:, width:]
         # tokens up to and including the first stop id are the generated ones
         is_eos = torch.isin(gen, torch.tensor(stops)).int()
@@ -99,11 +207,12 @@ def main() -> None:
         def run(seed: int) -> int:
             before = engine.meter.totals()["generated_tokens"]
             engine.generate([Request(tuple(c), n=args.n) for c in ctxs],
-                            SamplingParams(1.0, 1.0, args.max_new, seed=seed))
+                            SamplingParams(args.temperature, args.top_p, args.max_new, seed=seed))
             return engine.meter.totals()["generated_tokens"] - before
         return run
 
     runners = {}
+    startup = ""
     for name in args.engines.split(","):
         if name == "model.generate":
             runners[name] = baseline
@@ -115,26 +224,47 @@ def main() -> None:
             if model_dir is None:
                 raise SystemExit("--engines vllm needs --model (vLLM loads a model directory)")
             t0 = time.perf_counter()
-            eng = VLLMEngine(str(model_dir), meter=TokenMeter(), dtype="float32", stop_token_ids=stops)
-            print(f"vllm start-up {time.perf_counter() - t0:.1f} s (not in the rates)")
+            eng = VLLMEngine(str(model_dir), meter=TokenMeter(), dtype=args.vllm_dtype, stop_token_ids=stops)
+            startup = f"{time.perf_counter() - t0:.0f} s"
+            print(f"vllm start-up {startup} (not in the rates)")
             runners[name] = metered(eng)
         else:
             raise SystemExit(f"unknown engine {name!r} (model.generate | engine | vllm)")
-        runners[name](1_000)                   # warm-up call, not timed
+        if args.warmup == "all" or name in args.warmup.split(","):
+            runners[name](1_000)               # warm-up call, not timed
     rates: dict[str, list[float]] = {name: [] for name in runners}
+    cpu_share: dict[str, list[float]] = {name: [] for name in runners}
     for rep in range(args.repeats):
         for name, fn in runners.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             toks = fn(rep)
-            rates[name].append(toks / (time.perf_counter() - t0))
-    for name, r in rates.items():
-        print(f"{name:15s} {statistics.median(r):10.0f} generated tokens/s (runs: {', '.join(f'{x:.0f}' for x in r)})")
+            wall = time.perf_counter() - t0
+            rates[name].append(toks / wall)
+            cpu_share[name].append((time.process_time() - c0) / wall)
+    threads = torch.get_num_threads()
+    shapes = (f"{len(ctxs)} prompts x {args.n} samples, T={args.temperature}, top_p={args.top_p}, max {args.max_new} "
+              f"new tokens, torch threads {threads}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+              f"{'MATH500 chat prompts' if args.math500 else 'synthetic prompts'}, median of {args.repeats} runs, "
+              f"warm-up call for: {args.warmup}, engines interleaved")
     first, *rest = list(rates)
+    if args.markdown:
+        label = {"model.generate": "`model.generate`", "engine": "embedded transformers engine (fp32)",
+                 "vllm": f"vLLM CPU ({args.vllm_dtype}; start-up {startup}, not in the rates)"}
+        print("\n| engine | generated tokens/s (runs) | process CPU s / wall s |\n|---|---|---|")
+        for name, r in rates.items():
+            print(f"| {label[name]} | {statistics.median(r):,.0f} ({', '.join(f'{x:,.0f}' for x in r)}) | "
+                  f"{statistics.median(cpu_share[name]):.2f} |")
+        for name in rest:
+            print(f"| {name} / {first} | {statistics.median(rates[name]) / statistics.median(rates[first]):.2f}x | |")
+        print(f"\n({shapes})")
+        return
+    for name, r in rates.items():
+        print(f"{name:15s} {statistics.median(r):10.0f} generated tokens/s (runs: {', '.join(f'{x:.0f}' for x in r)}); "
+              f"CPU s / wall s {statistics.median(cpu_share[name]):.2f}")
     for name in rest:
         ratio = statistics.median(rates[name]) / statistics.median(rates[first])
         print(f"{name} / {first}: {ratio:.2f}x")
-    print(f"({len(ctxs)} prompts x {args.n} samples, max {args.max_new} new tokens, {args.threads} threads, "
-          f"{'MATH500 chat prompts' if args.math500 else 'synthetic prompts'})")
+    print(f"({shapes})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ from typing import Callable
 __all__ = ["register", "make_env", "env_names"]
 
 _FACTORIES: dict[str, Callable] = {}
-BUILTIN = ("babyai", "sokoban")
+# Written out as module paths (not built from the name) so that the code fingerprint of a cached
+# stage that makes environments covers their modules (components/code_fingerprint.py follows
+# module-path strings): editing sokoban.py invalidates the agentic artifacts built with it.
+BUILTIN = {"babyai": "components.envs.babyai", "sokoban": "components.envs.sokoban"}
 
 
 def register(name: str):
@@ -33,7 +36,7 @@ def env_names() -> list[str]:
 
 def make_env(name: str, **kwargs):
     if name not in _FACTORIES and re.fullmatch(r"[a-z_][a-z0-9_]*", name or ""):
-        module = f"components.envs.{name}"
+        module = BUILTIN.get(name, f"components.envs.{name}")
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module)
     if name not in _FACTORIES:

@@ -49,9 +49,11 @@ def _die(msg: str, code: int = 2) -> None:
 
 def airflow_env() -> dict[str, str]:
     """The embedded Airflow: its own home and SQLite DB under $RLVR_HOME, never the
-    user's AIRFLOW_HOME (dag.test() writes to the metadata DB it finds)."""
+    user's AIRFLOW_HOME (dag.test() writes to the metadata DB it finds). SQLite takes one
+    writer, so two sweeps running at once on one store (sharing its stage cache) each name
+    their own $RLVR_AIRFLOW_HOME."""
     home = lineage.rlvr_home()
-    af = home / "airflow"
+    af = Path(os.environ["RLVR_AIRFLOW_HOME"]).resolve() if os.environ.get("RLVR_AIRFLOW_HOME") else home / "airflow"
     return {
         "RLVR_HOME": str(home),  # pinned so that airflow subprocesses agree on the store
         "AIRFLOW_HOME": str(af),

@@ -189,3 +189,17 @@ def test_ui_execs_mlflow_on_the_project_store(tmp_path, monkeypatch):
     # nothing run yet: the UI still starts, on the experiments list
     assert r.stdout.strip().endswith("127.0.0.1:5123/#/experiments")
 
+
+
+def test_airflow_home_per_sweep_process(monkeypatch, tmp_path):
+    """Two sweeps at once on one store: each takes its own embedded Airflow DB (SQLite has one
+    writer) while the stage cache and MLflow store stay shared."""
+    from components.cli import airflow_env
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "store"))
+    monkeypatch.delenv("RLVR_AIRFLOW_HOME", raising=False)
+    assert airflow_env()["AIRFLOW_HOME"] == str((tmp_path / "store").resolve() / "airflow")
+    monkeypatch.setenv("RLVR_AIRFLOW_HOME", str(tmp_path / "af2"))
+    env = airflow_env()
+    assert env["AIRFLOW_HOME"] == str((tmp_path / "af2").resolve())
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{(tmp_path / 'af2').resolve() / 'airflow.db'}"
+    assert env["RLVR_HOME"] == str((tmp_path / "store").resolve())

@@ -42,7 +42,7 @@ from components.algos.losses import pg_token_losses
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
 from components.trainer import checkpoint
-from components.trainer.loop import VALIDATION_SEED, FitLoop
+from components.trainer.loop import VALIDATION_SEED, FitLoop, training_tokens
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
 
 __all__ = ["EpisodeLoop", "EpisodeTrainer", "turn_rows", "success_rate"]
@@ -70,9 +70,6 @@ class EpisodeLoop(FitLoop):
     ``save_checkpoint``, ``log_metrics``)."""
 
     cfg: EpisodeTrainConfig
-    # generated tokens of the training episodes only (a verl rollout also meters the padding
-    # rows it discards), so the per-update counts add up to the summary's total
-    step_tokens_purpose = "train_rollout"
 
     def play(self, starts: Sequence[Start], seed: int, purpose: str = "train_rollout") -> list[EpisodeRun]:
         """Every start's episodes, played to the end with sampling seed ``seed``."""
@@ -122,18 +119,20 @@ class EpisodeLoop(FitLoop):
             "groups/replay_frac": float(np.mean([bool(r.start.prefix) for r in runs])),
             "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
             "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
-            "tokens/generated_cum": float(self.meter.totals("train_rollout")["generated_tokens"]),
+            "tokens/discarded": float(after["discarded_tokens"] - before["discarded_tokens"]),
+            "tokens/generated_cum": float(after["generated_tokens"]),
             "rollouts": float(len(runs)),
         }
 
     def summary(self) -> dict[str, Any]:
-        tot = self.meter.totals("train_rollout")
+        tot = training_tokens(self.meter)
         vals = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
         out = {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps, "task": "agentic",
                "adv_estimator": self.cfg.adv_estimator,
-               "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
+               "generated_tokens": tot["generated_tokens"], "kept_generated_tokens": tot["kept_generated_tokens"],
+               "discarded_tokens": tot["discarded_tokens"], "prompt_tokens": tot["prompt_tokens"],
                "rollouts": int(sum(h.get("rollouts", 0) for h in self.history)),
-               "generated_turns": tot["sequences"],
+               "generated_turns": self.meter.totals("train_rollout")["sequences"],
                "final_val_accuracy": vals[-1] if vals else None, "max_new_tokens": self.cfg.max_new_tokens,
                "clip_ratio": None}
         if self.backend_name != "embedded":

@@ -42,6 +42,17 @@ from components.trainer.train_config import TrainConfig
 VALIDATION_SEED = 7_919
 
 
+def training_tokens(meter: TokenMeter) -> dict[str, int]:
+    """What the training rollouts have cost so far: the kept ones (``train_rollout``) plus those
+    generated and then dropped (``discarded``: DAPO / PODS drops, verl's padding rows), the
+    tokens stage's ``generated_tokens``; validation is not in it. Per-step deltas, the
+    cumulative curve and the summary all count this one total, so they add up."""
+    kept, dropped = meter.totals("train_rollout"), meter.totals("discarded")
+    out = {k: kept[k] + dropped[k] for k in kept}
+    out.update(kept_generated_tokens=kept["generated_tokens"], discarded_tokens=dropped["generated_tokens"])
+    return out
+
+
 def batch_order(n: int, seed: int, step: int, batch: int) -> list[int]:
     """Indices of the step's batch: epochs of seeded permutations, concatenated."""
     out, pos = [], step * batch
@@ -63,8 +74,6 @@ class FitLoop:
     meter: TokenMeter
     history: list[dict[str, float]]
     backend_name: str = "embedded"
-    # the meter purpose a step's tokens/* metrics count (None: every purpose metered in the step)
-    step_tokens_purpose: str | None = None
 
     # ------------------------------------------------------------------ backend hooks
     def rollout_ctx(self, step: int, seed_base: int) -> RolloutContext:
@@ -142,7 +151,7 @@ class FitLoop:
                 t0 = time.monotonic()
                 batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, self.batch_size())]
                 rng = np.random.default_rng([c.seed, step, 17])
-                before = self.meter.totals(self.step_tokens_purpose)
+                before = training_tokens(self.meter)
                 with self.meter.tagged(step=step):
                     groups = self.rollout(batch, step, rng)
                 self.after_rollout()
@@ -150,7 +159,7 @@ class FitLoop:
                 self.observe(groups, step)
                 upd = self.update(groups)
                 self.after_update()
-                row = self.step_metrics(groups, before, self.meter.totals(self.step_tokens_purpose))
+                row = self.step_metrics(groups, before, training_tokens(self.meter))
                 row.update({f"train/{k}": v for k, v in upd.items()})
                 row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
                 row.update(self.extra_metrics())
@@ -196,7 +205,8 @@ class FitLoop:
             "response_length/clip_ratio": float(np.mean([f == "length" for f in finish])) if finish else nan,
             "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
             "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
-            "tokens/generated_cum": float(self.meter.totals("train_rollout")["generated_tokens"]),
+            "tokens/discarded": float(after["discarded_tokens"] - before["discarded_tokens"]),
+            "tokens/generated_cum": float(after["generated_tokens"]),
             "rollouts": float(after["sequences"] - before["sequences"]),
         }
 
@@ -207,11 +217,12 @@ class FitLoop:
 
     # ------------------------------------------------------------------ outputs
     def summary(self) -> dict[str, Any]:
-        tot = self.meter.totals("train_rollout")
+        tot = training_tokens(self.meter)
         last_val = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
         clip = [h["response_length/clip_ratio"] for h in self.history if "response_length/clip_ratio" in h]
         out = {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps,
-               "generated_tokens": tot["generated_tokens"], "prompt_tokens": tot["prompt_tokens"],
+               "generated_tokens": tot["generated_tokens"], "kept_generated_tokens": tot["kept_generated_tokens"],
+               "discarded_tokens": tot["discarded_tokens"], "prompt_tokens": tot["prompt_tokens"],
                "rollouts": tot["sequences"], "final_val_accuracy": last_val[-1] if last_val else None,
                "max_new_tokens": self.cfg.max_new_tokens,
                "clip_ratio": float(np.mean(clip)) if clip else None}

@@ -37,10 +37,10 @@ def test_both_episodic_backends_run_the_one_loop():
             assert name in vars(cls), (cls.__name__, name)
 
 
-def test_step_token_counts_are_the_training_episodes_only(tmp_path):
-    """Tokens a backend meters under another purpose during the rollout (verl: the padding rows
-    it generates and discards) are not in tokens/generated, so the per-update counts add up to
-    the summary's total."""
+def test_step_token_counts_add_up_with_discarded_tokens(tmp_path):
+    """Tokens a backend generates and drops during the rollout (verl: the padding rows) are
+    training cost: in tokens/generated, tokens/discarded, the cumulative curve and the summary
+    alike (the tokens stage counts them the same way), so the per-update counts add up."""
     tok = build_agent_tokenizer()
     model = build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), tok, seed=1)
 
@@ -57,5 +57,7 @@ def test_step_token_counts_are_the_training_episodes_only(tmp_path):
     summary = t.fit([3, 4, 5], [], {}, tmp_path)
     steps = [h for h in t.history if "tokens/generated" in h]
     assert len(steps) == 2 and t.meter.totals("discarded")["generated_tokens"] == 2000
-    assert sum(h["tokens/generated"] for h in steps) == summary["generated_tokens"] > 0
+    assert sum(h["tokens/generated"] for h in steps) == summary["generated_tokens"] > 2000
+    assert sum(h["tokens/discarded"] for h in steps) == summary["discarded_tokens"] == 2000
+    assert summary["kept_generated_tokens"] == summary["generated_tokens"] - 2000 == t.meter.totals("train_rollout")["generated_tokens"]
     assert steps[-1]["tokens/generated_cum"] == summary["generated_tokens"]

@@ -195,3 +195,21 @@ def test_micro_batched_pg_loss_is_clipped_pg_loss(mode):
     assert stats["clipfrac_lower"] > 0                       # the dual clip is active somewhere
     torch.testing.assert_close(total, ref)
     assert clipped / float(mask.sum()) == pytest.approx(stats["clipfrac"], abs=1e-6)
+
+
+def test_step_tokens_add_up_to_the_summary_with_discarded_groups(model, tok, problems, tmp_path):
+    """DAPO drops uniform groups (meter purpose "discarded"): the per-step tokens/generated, the
+    cumulative curve, the summary and the tokens stage all count kept + discarded tokens, so a
+    plot of tokens/generated_cum ends at the table's number."""
+    from analysis.tokens import run_tokens
+    d = make({"method": "dapo", "method_config": {"n": 4, "gen_batch_multiplier": 2.0}}, model, tok,
+             grade=lambda texts, golds: [(float(len(t) % 3 == 0), "rule") for t in texts])
+    summary = d.fit(problems, [], resources(problems), tmp_path / "d")
+    steps = [h for h in d.history if "tokens/generated" in h]
+    assert len(steps) == 3 and summary["discarded_tokens"] > 0       # some group was uniform and dropped
+    assert sum(h["tokens/generated"] for h in steps) == summary["generated_tokens"] == steps[-1]["tokens/generated_cum"]
+    assert sum(h["tokens/discarded"] for h in steps) == summary["discarded_tokens"]
+    assert summary["kept_generated_tokens"] + summary["discarded_tokens"] == summary["generated_tokens"]
+    table = run_tokens(summary, d.meter.to_rows(), updates=3)
+    assert (table["generated_tokens"], table["discarded_tokens"]) == (summary["generated_tokens"], summary["discarded_tokens"])
+    assert table["rollouts"] == summary["rollouts"]

@@ -162,6 +162,7 @@ class GraphDifficulty:
         self.alpha, self.beta = self.a.copy(), self.b.copy()
         self.step = 0
         self._pending: dict[str, list[float]] = {}   # node beliefs loaded before fit_pool
+        self.last_error: dict[str, float] = {}       # prediction_error of the last observed batch
 
     @property
     def embedder(self):
@@ -254,7 +255,32 @@ class GraphDifficulty:
             a[0] += sum(r > self.config.success_threshold for r in g.rewards)
             a[1] += len(g.rewards)
         if agg:
-            self.observe(list(agg), [v[0] for v in agg.values()], [v[1] for v in agg.values()], step)
+            uids, succ, n = list(agg), np.array([v[0] for v in agg.values()]), np.array([v[1] for v in agg.values()])
+            self.last_error = self.prediction_error(uids, succ / n, step)
+            self.observe(uids, succ, n, step)
+
+    def prediction_error(self, uids: Sequence[str], rates: np.ndarray, step: int) -> dict[str, float]:
+        """Before a batch's outcomes are added: mean |prediction - observed pass rate| of the
+        graph (``graph_mae``) and of the per-prompt estimate (``own_mae``: the prompt's own
+        Beta(1, 1) posterior mean over the same decayed counts, 0.5 for a prompt never rolled
+        out: bench/difficulty_staleness.py's ``beta``), overall and over the cold prompts (no
+        outcome of their own yet) and the warm ones. The observed rate is a group's sample
+        mean, so both errors include its binomial noise."""
+        rows = self._rows(uids)
+        g = self.config.decay ** max(step - self.step, 0)      # the decay observe() applies first
+        s, n = g * self.s[rows], g * (self.s[rows] + self.f[rows])
+        pred = self.predict(uids)
+        err_graph = np.abs(pred - rates)
+        err_own = np.abs((s + 1.0) / (n + 2.0) - rates)
+        cold = n == 0
+        out = {"graph_mae": float(err_graph.mean()), "own_mae": float(err_own.mean()),
+               "graph_cold_frac": float(cold.mean()), "graph_pred_mean": float(pred.mean()),
+               "observed_pass_rate": float(np.mean(rates))}
+        for name, mask in (("cold", cold), ("warm", ~cold)):
+            if mask.any():
+                out[f"graph_mae_{name}"] = float(err_graph[mask].mean())
+                out[f"own_mae_{name}"] = float(err_own[mask].mean())
+        return out
 
     # state: the graph is rebuilt from the pool by fit_pool; the online beliefs travel
     def state_dict(self) -> dict[str, Any]:

@@ -198,3 +198,43 @@ def test_methods_use_the_graph(name, extra):
     uids = [p.uid for p in pool]
     assert np.array_equal(fresh.graph.predict(uids), m.graph.predict(uids))
     assert json.loads(json.dumps(fresh.state_dict())) == state
+
+
+def test_prediction_error_hand():
+    probs, E = _pool()
+    est = GraphDifficulty(GraphDifficultyConfig(k_neighbors=3, reasoning_weight=0.0, decay=0.9))
+    est.fit_pool(probs, E)
+    est.observe(["q0"], [8], [8], step=0)
+    pred = est.predict(["q0", "q5"])
+    out = est.prediction_error(["q0", "q5"], np.array([1.0, 0.0]), step=1)
+    own_q0 = (0.9 * 8 + 1) / (0.9 * 8 + 2)            # decayed counts, Beta(1, 1)
+    assert out["own_mae"] == pytest.approx(((1 - own_q0) + 0.5) / 2)
+    assert out["own_mae_warm"] == pytest.approx(1 - own_q0) and out["own_mae_cold"] == pytest.approx(0.5)
+    assert out["graph_mae"] == pytest.approx(((1 - pred[0]) + pred[1]) / 2)
+    assert out["graph_mae_cold"] == pytest.approx(pred[1]) and out["graph_cold_frac"] == 0.5
+    assert out["observed_pass_rate"] == 0.5 and out["graph_pred_mean"] == pytest.approx(pred.mean())
+
+
+@pytest.mark.parametrize("name", ["vip_graph", "vigor_graph", "greso_graph"])
+def test_presets_log_the_prediction_error(name):
+    from components.engine.base import SamplingParams
+    from components.methods.base import RolloutContext
+    from components.methods.registry import build
+
+    kinds = ["1", "0", "mix"] * 6
+    pool = [Problem(uid=f"q{i}", prompt=f"Compute {i}+{2 * i + 1}.", answer=k) for i, k in enumerate(kinds)]
+    extra = {"embedder": "hashing"} if name == "vip_graph" else {}
+    m = build(name, {**extra, "graph": {"embedder": "hashing", "k_neighbors": 3}})
+    m.setup(pool, {})
+    ctx = RolloutContext(engine=CoinEngine(), grade=_grade, encode_prompt=lambda p: (1, 2, 3),
+                         sampling=SamplingParams(seed=0), step=0)
+    groups = m.rollout(pool[:8], ctx, np.random.default_rng(0))
+    m.observe(groups)
+    rates = {}
+    for g in groups:
+        rates.setdefault(g.problem_uid, []).extend(r > 0.5 for r in g.rewards)
+    # step 0: nothing observed yet, so every prediction is the prior mixture 0.5 and every prompt is cold
+    want = np.mean([abs(0.5 - np.mean(v)) for v in rates.values()])
+    stats = m.step_stats()
+    assert stats["graph_mae"] == pytest.approx(want) and stats["own_mae"] == pytest.approx(want)
+    assert stats["graph_cold_frac"] == 1.0 and "graph_mae_warm" not in stats

@@ -92,6 +92,29 @@ def test_compact_prompt_fits_the_tiny_policy_with_two_turns_of_history():
     assert longest + 8 <= 192, longest
 
 
+def test_synthloc_prompt_with_one_turn_of_history_fits_agentic_babyai_positions():
+    """agentic_babyai.yaml's regime: SynthLoc, history_turns 1, policy max_positions 256."""
+    from pathlib import Path
+
+    import yaml
+
+    from components.agentic.policy import build_agent_tokenizer
+
+    sweep = yaml.safe_load((Path(__file__).parents[2] / "dags/sweeps/agentic_babyai.yaml").read_text())
+    env_config = sweep["stages"]["prepare_data"]["env_config"]
+    positions = sweep["stages"]["pretrain"]["policy"]["max_positions"]
+    reply = sweep["max_response_tokens"]
+    tok = build_agent_tokenizer(max_positions=4096)
+    longest = 0
+    for seed in range(6):
+        env = make_env("babyai", **env_config)
+        env.reset(seed)
+        for a in expert_actions(env_config["level"], seed)[: env.max_steps]:
+            longest = max(longest, len(tok.encode(env.prompt())))
+            env.step(a)
+    assert longest + reply <= positions, (longest, positions)
+
+
 def test_bot_expert_clones_and_recovers_from_random_moves():
     from components.agentic.bc import demonstrations
 

@@ -204,24 +204,15 @@ def verl_fields(c: EpisodeTrainConfig, response_length: int) -> SimpleNamespace:
 
 
 def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
-    from omegaconf import OmegaConf
-
-    from components.trainer.verl.hydra_config import CPU_OVERRIDES, compose, overrides
+    from components.trainer.verl.hydra_config import stage_config
 
     cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
     response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
     agentic = (f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS_YAML}")
-    extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + agentic + tuple(params.verl_overrides)
     n = build_episodic(cfg.method, cfg.method_config).episodes_per_step(1)   # episodes per start state
-    ov = overrides(verl_fields(cfg, response_length), model_path=model_dir, work_dir=work_dir, n=n,
-                   project=sweep or "rlvr", experiment=f"train-agentic-{cfg.method}-s{cfg.seed}",
-                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
-                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
-                   gpu_memory_utilization=params.gpu_memory_utilization, extra=extra)
-    config = compose(ov)
-    OmegaConf.resolve(config)
-    return cfg, config
+    return cfg, stage_config(verl_fields(cfg, response_length), params, model_dir=model_dir, work_dir=work_dir, n=n,
+                             sweep=sweep, experiment=f"train-agentic-{cfg.method}-s{cfg.seed}", extra=agentic)
 
 
 def train_agentic_with_verl(params, ctx) -> dict:

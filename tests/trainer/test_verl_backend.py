@@ -64,6 +64,23 @@ def test_compose_maps_train_params_onto_verls_config(tmp_path):
     assert rloo.algorithm.adv_estimator == "rloo" and rloo.actor_rollout_ref.actor.use_kl_loss is False
 
 
+def test_train_stage_config_orders_cpu_defaults_then_sweep_overrides(tmp_path):
+    """The math train stage's verl config: its cluster fields, the CPU defaults on a machine
+    without a GPU, and the sweep's own verl_overrides last (they can undo a CPU default)."""
+    from components.stages.train import Params
+    from components.trainer.verl.run import build_config
+
+    p = Params(backend="verl", method="grpo", method_config={"n": 4}, batch_prompts=2, max_prompt_length=96,
+               verl_overrides=["actor_rollout_ref.rollout.dtype=bfloat16"])
+    cfg, c = build_config(p, tmp_path / "m", tmp_path / "w", "demo")
+    a = c.actor_rollout_ref
+    assert (cfg.method, a.rollout.n, a.rollout.prompt_length, c.data.train_batch_size) == ("grpo", 4, 96, 2)
+    assert (c.trainer.project_name, c.trainer.experiment_name) == ("demo", f"train-grpo-s{cfg.seed}")
+    if not torch.cuda.is_available():
+        assert a.actor.strategy == "fsdp2" and a.rollout.enforce_eager is True
+    assert a.rollout.dtype == "bfloat16"            # the sweep's override wins over the CPU default
+
+
 def test_agent_loop_yaml_names_an_importable_loop():
     import yaml
 

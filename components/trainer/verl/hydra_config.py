@@ -167,3 +167,24 @@ def compose(override_list: Sequence[str]):
     GlobalHydra.instance().clear()   # compose may run more than once per process (tests, retries)
     with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=list(override_list))
+
+
+def stage_config(cfg: TrainConfig, params: Any, *, model_dir: str | Path, work_dir: str | Path, n: int,
+                 sweep: str, experiment: str, extra: Sequence[str] = ()):
+    """The resolved verl config of one train stage call (math or agentic): the train config's
+    mapping, the stage's cluster fields (``n_gpus_per_node``, ``nnodes``, ``max_prompt_length``,
+    ``rollout_tp``, ``gpu_memory_utilization``), the CPU defaults where there is no GPU, then
+    ``extra`` (the caller's own keys), then the sweep's ``verl_overrides``: last, so a sweep can
+    undo any default."""
+    import torch
+    from omegaconf import OmegaConf
+
+    cpu = () if torch.cuda.is_available() else CPU_OVERRIDES
+    ov = overrides(cfg, model_path=model_dir, work_dir=work_dir, n=n, project=sweep or "rlvr", experiment=experiment,
+                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
+                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
+                   gpu_memory_utilization=params.gpu_memory_utilization,
+                   extra=cpu + tuple(extra) + tuple(params.verl_overrides))
+    config = compose(ov)
+    OmegaConf.resolve(config)
+    return config

@@ -22,24 +22,11 @@ def model_path(model_input: Path) -> Path:
 
 def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
     """verl's composed, resolved config for these train params."""
-    from omegaconf import OmegaConf
-
-    import torch
-
-    from components.trainer.verl.hydra_config import CPU_OVERRIDES, compose, overrides, samples_per_prompt
-
-    # the sweep's own verl_overrides come last, so they can undo any CPU default
-    extra = (() if torch.cuda.is_available() else CPU_OVERRIDES) + tuple(params.verl_overrides)
+    from components.trainer.verl.hydra_config import samples_per_prompt, stage_config
 
     cfg = train_config_of(params)
-    ov = overrides(cfg, model_path=model_dir, work_dir=work_dir, n=samples_per_prompt(cfg),
-                   project=sweep or "rlvr", experiment=f"train-{cfg.method}-s{cfg.seed}",
-                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
-                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
-                   gpu_memory_utilization=params.gpu_memory_utilization, extra=extra)
-    config = compose(ov)
-    OmegaConf.resolve(config)
-    return cfg, config
+    return cfg, stage_config(cfg, params, model_dir=model_dir, work_dir=work_dir, n=samples_per_prompt(cfg),
+                             sweep=sweep, experiment=f"train-{cfg.method}-s{cfg.seed}")
 
 
 def attach_mlflow(run_id: str) -> None:

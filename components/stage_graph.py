@@ -74,7 +74,7 @@ def calls(cfg: Sweep, stage: str, up: dict[str, Any]) -> list[dict[str, Any]]:
         return [call(stage, "data", st.prepare_data, {})]
     if stage == "pretrain":
         return [call(stage, slug(m), cfg.pretrain_params(m), {"data": up["data"]["uri"]}, {"model": m})
-                for m in cfg.models]
+                for m in cfg.pretrained_models()]
     if stage == "filter_hard":
         models = _by(up["models"], "model", "pretrain")
         return [call(stage, slug(m), st.filter_hard,

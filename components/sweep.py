@@ -12,6 +12,7 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     seeds: [0]
     models: [tiny]                  # names in model_specs, or paths / HF ids
     model_specs: {tiny: {...}}      # pretrain param overrides per model name
+    teachers: [tiny_long]           # teacher-only models: pretrained, never trained or evaluated
     methods: [grpo, vsr, sft]
     stages: {prepare_data: {...}, pretrain: {...}, ..., tables: {}}
     method_config: {vsr: {rho: 0.5}}
@@ -98,6 +99,9 @@ class Sweep(_Strict):
     seeds: list[int] = Field(min_length=1)
     models: list[str] = Field(min_length=1)
     model_specs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # models that serve only as a distilling method's teacher (method_config.<m>.teacher): they
+    # are pretrained like ``models`` but get no filter_hard, training or evaluation cells
+    teachers: list[str] = Field(default_factory=list)
     methods: list[str] = Field(min_length=1)
     stages: StagesConfig = Field(default_factory=StagesConfig)
     method_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -215,22 +219,36 @@ class Sweep(_Strict):
     def _models_resolve(self) -> "Sweep":
         # A name without a spec is taken as a path or HF id; a bare word that is
         # neither is almost always a typo of a model_specs key, so say so early.
-        for i, m in enumerate(self.models):
-            if m in self.model_specs:
-                continue
-            if "/" in m or Path(m).expanduser().exists():
-                continue
-            raise FieldError(f"models[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
+        for field in ("models", "teachers"):
+            for i, m in enumerate(getattr(self, field)):
+                if m in self.model_specs:
+                    continue
+                if "/" in m or Path(m).expanduser().exists():
+                    continue
+                raise FieldError(f"{field}[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
         return self
 
     @model_validator(mode="after")
     def _teachers(self) -> "Sweep":
-        # a distilling method (PG-OPD) names its teacher: one of the sweep's models, whose
-        # pretrain output becomes the train stage's ``teacher`` input
+        # a distilling method (PG-OPD) names its teacher: one of the sweep's models or teachers,
+        # whose pretrain output becomes the train stage's ``teacher`` input
+        named = {mc.get("teacher") for mc in self.method_config.values()}
+        slugs = {slug(m): m for m in self.models}
+        for i, t in enumerate(self.teachers):
+            where = f"teachers[{i}]"
+            if t in self.teachers[:i]:
+                raise FieldError(where, f"duplicate teacher {t!r}")
+            if t in self.models:
+                raise FieldError(where, f"{t!r} is also in models (a model there is trained and evaluated; "
+                                 "list a teacher-only model in teachers only)")
+            if slug(t) in slugs:
+                raise FieldError(where, f"{t!r} has the same slug {slug(t)!r} as model {slugs[slug(t)]!r}")
+            if t not in named:
+                raise FieldError(where, f"{t!r} is no method's teacher (name it in method_config.<method>.teacher)")
         for meth, mc in self.method_config.items():
             t = mc.get("teacher")
-            if t is not None and t not in self.models:
-                raise FieldError(f"method_config.{meth}.teacher", f"{t!r} is not one of the sweep's models")
+            if t is not None and t not in self.models and t not in self.teachers:
+                raise FieldError(f"method_config.{meth}.teacher", f"{t!r} is not one of the sweep's models or teachers")
         return self
 
     # ---- derived views used by the DAG factory ----
@@ -242,6 +260,11 @@ class Sweep(_Strict):
         """The model whose pretrain output is ``method``'s teacher (``method_config.<m>.teacher``)."""
         return self.method_config.get(method, {}).get("teacher")
 
+    def pretrained_models(self) -> list[str]:
+        """What the pretrain stage runs for: ``models``, then each of ``teachers`` that a method
+        of this run distils from (a run of a subset of the methods skips an unused teacher)."""
+        used = {self.teacher_of(m) for m in self.methods}
+        return [*self.models, *(t for t in self.teachers if t in used)]
 
     def pretrain_params(self, model: str) -> dict[str, Any]:
         """stages.pretrain + model_specs[model]; an unnamed model (path / HF id) is
@@ -275,7 +298,7 @@ class Sweep(_Strict):
         against the stages' Params models (``rlvr sweep``, the DAG integrity test)."""
         st = self.stages
         out = [("prepare_data", st.prepare_data)]
-        out += [("pretrain", self.pretrain_params(m)) for m in self.models]
+        out += [("pretrain", self.pretrain_params(m)) for m in self.pretrained_models()]
         out += [("filter_hard", st.filter_hard), ("seed_prefixes", st.seed_prefixes)]
         out += [("train", self.train_params(g["method"], g["seed"])) for g in self.grid()]
         out += [("evaluate", self.evaluate_params(c["label"], c["benchmark"])) for c in self.eval_cells()]

@@ -170,7 +170,7 @@ def build_dag(cfg: Sweep, source: Path):
         def pretrain(parent: str, sweep: dict, data: dict) -> dict:
             c = _cfg(sweep)
             return {m: _stage("pretrain", c.pretrain_params(m), {"data": data["uri"]}, name, parent, {"model": m})
-                    for m in c.models}
+                    for m in c.pretrained_models()}
 
         @task(**heavy)
         def filter_hard(parent: str, sweep: dict, data: dict, models: dict) -> dict:

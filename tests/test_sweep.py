@@ -116,3 +116,41 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.split()[-1]) < 2.0
+
+
+TEACHER = """\
+name: t
+seeds: [0]
+models: [tiny]
+teachers: [tiny_long]
+model_specs: {tiny: {}, tiny_long: {steps: 600}}
+methods: [grpo, opd]
+method_config:
+  opd: {teacher: tiny_long}
+"""
+
+
+def test_teacher_only_model_is_pretrained_not_trained_or_evaluated(tmp_path):
+    s = load_sweep(write(tmp_path, TEACHER))
+    assert s.pretrained_models() == ["tiny", "tiny_long"]
+    assert {g["model"] for g in s.grid()} == {"tiny"} and s.teacher_of("opd") == "tiny_long"
+    assert [e["label"] for e in s.eval_cells()] == ["tiny-grpo-s0", "tiny-opd-s0", "tiny-base"]
+    planned = s.planned_params()
+    assert [p for st, p in planned if st == "pretrain"] == [{}, {"steps": 600}]
+    assert [st for st, _ in planned].count("filter_hard") == 1
+    # a run of a subset of the methods (trigger form) does not pretrain a teacher nobody uses
+    assert s.model_copy(update={"methods": ["grpo"]}).pretrained_models() == ["tiny"]
+
+
+@pytest.mark.parametrize("edit, where, problem", [
+    (("teachers: [tiny_long]", "teachers: [tiny_long, tiny_long]"), ": teachers[1]: ", "duplicate teacher"),
+    (("teachers: [tiny_long]", "teachers: [tiny_long, tiny]"), ": teachers[1]: ", "also in models"),
+    (("teachers: [tiny_long]", "teachers: [tiny_lng]"), ": teachers[0]: ", "not a key of model_specs"),
+    (("opd: {teacher: tiny_long}", "opd: {n: 8}"), ": teachers[0]: ", "no method's teacher"),
+    (("teachers: [tiny_long]\n", ""), ": method_config.opd.teacher: ", "not one of the sweep's models or teachers"),
+    (("teachers: [tiny_long]", "teachers: [tiny_long, TINY]"), ": teachers[1]: ", "same slug 'tiny'"),
+])
+def test_teacher_errors_name_the_field(tmp_path, edit, where, problem):
+    text = TEACHER.replace(*edit).replace("tiny_long: {steps: 600}}", "tiny_long: {steps: 600}, TINY: {}}")
+    msg = err(tmp_path, text)
+    assert where in msg and problem in msg, msg

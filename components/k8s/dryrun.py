@@ -87,7 +87,7 @@ def gpu_path(dag, cfg, every: bool = False) -> dict:
         return dag.get_task(task_id).python_callable(**kw)
 
     data = artifact("prepare_data", "x")
-    base = {m: artifact("pretrain", m) for m in models}
+    base = {m: artifact("pretrain", m) for m in cfg.pretrained_models()}   # teachers too
     fh_args = call("filter_hard_args", parent=PARENT, sweep=snap, data=data, models=base)
     hard = [pod_result(k) for k in fh_args]
     prefixes = {m: artifact("seed_prefixes", m) for m in models}

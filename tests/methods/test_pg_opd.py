@@ -204,3 +204,25 @@ def test_train_stage_declares_an_optional_teacher_input():
 
     assert all(any(fnmatch.fnmatch(n, p) for p in train.INPUTS) for n in ("model", "hard", "prefixes", "teacher"))
     assert "teacher" not in train.INPUTS      # optional: a glob, not a required name
+
+
+def test_teacher_only_model_gets_a_pretrain_call_and_no_other():
+    from components.stage_graph import calls
+    from components.sweep import parse_sweep
+
+    cfg = parse_sweep({"name": "opd", "seeds": [0], "models": ["tiny"], "teachers": ["tiny_long"],
+                       "model_specs": {"tiny": {}, "tiny_long": {"steps": 600}}, "methods": ["grpo", "pg_opd"],
+                       "method_config": {"pg_opd": {"teacher": "tiny_long"}}}, "opd.yaml")
+    pre = calls(cfg, "pretrain", {"data": {"uri": "file:///data"}})
+    assert [(c["extra"]["model"], c["params"]) for c in pre] == [("tiny", {}), ("tiny_long", {"steps": 600})]
+    models = [{"model": c["extra"]["model"], "uri": f"file:///pre/{c['extra']['model']}"} for c in pre]
+    hard = calls(cfg, "filter_hard", {"data": {"uri": "file:///data"}, "models": models})
+    assert [c["extra"]["model"] for c in hard] == ["tiny"]
+    up = {"models": models, "hard": [{"model": "tiny", "uri": "file:///hard/tiny"}],
+          "prefixes": [{"model": "tiny", "uri": "file:///pfx/tiny"}]}
+    trains = calls(cfg, "train", up)
+    assert [c["cell"] for c in trains] == ["tiny-grpo-s0", "tiny-pg_opd-s0"]
+    assert trains[1]["inputs"]["teacher"] == "file:///pre/tiny_long"
+    evals = calls(cfg, "evaluate", {**up, "trains": [{"key": c["cell"], "uri": f"file:///run/{c['cell']}"}
+                                                     for c in trains]})
+    assert [c["cell"] for c in evals] == ["tiny-grpo-s0", "tiny-pg_opd-s0", "tiny-base"]

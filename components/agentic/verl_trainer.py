@@ -40,7 +40,7 @@ from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests,
                                               turn_training_rows)
 from components.algos.gigpo import gigpo_advantages
 from components.engine.base import SamplingParams, TokenMeter
-from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices
+from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices, update_actor_on_rows
 
 AGENT_LOOPS_YAML = Path(__file__).with_name("verl_agent_loops.yaml")
 
@@ -143,31 +143,7 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
                  "adv_abs_mean": float(data.batch["advantages"].abs().sum() / data.batch["response_mask"].sum())}
         if not bool(nonzero.any()):      # a zero advantage contributes exactly nothing (as embedded)
             return stats
-        data.batch["returns"] = data.batch["advantages"].clone()
-        data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
-        # the math verl trainer's update sequence (RLVRPPOTrainer.update): loss-free pad rows to
-        # dp x micro_batch, token balance over ranks, old log-probs, verl's actor update
-        dp = self._get_dp_size(self.actor_rollout_wg, "actor")
-        data, pad = pad_dataproto_to_divisor(data, dp * c.micro_batch)
-        if pad:
-            data.batch["response_mask"][-pad:] = 0
-            data.batch["advantages"][-pad:] = 0
-        stats["pad_rows"] = float(pad)
-        if self.config.trainer.balance_batch:
-            self._balance_batch(data, metrics=stats)
-        data.meta_info["global_token_num"] = torch.sum(data.batch["attention_mask"], dim=-1).tolist()
-        data.meta_info["images_seqlens"] = []
-        data.meta_info["multi_turn"] = False
-        data.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        old, _ = self._compute_old_log_prob(data)
-        old.batch.pop("entropys")
-        data = data.union(old)
-        if self.use_reference_policy:     # verl's KL loss, turned on by a sweep's verl_overrides (vsr_agentic.yaml)
-            data = data.union(self._compute_ref_log_prob(data))
-        result = self._update_actor(data)
-        from verl.utils.metric import reduce_metrics
-        stats.update({k: float(v) for k, v in reduce_metrics(result.meta_info["metrics"]).items()})
-        return stats
+        return update_actor_on_rows(self, data, c.micro_batch, stats)
 
     # ------------------------------------------------------------------ the loop
     def fit_episodes(self, train_seeds: Sequence[int], val_seeds: Sequence[int], resources: dict[str, Any]) -> dict:

@@ -129,35 +129,7 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         data = groups_to_dataproto(groups, self.tokenizer.pad_token_id, response_length=self.cfg.max_new_tokens)
         data.batch["advantages"] = verl_advantages(data, self.cfg.adv_estimator)
         apply_method_advantages(data, self.method, groups)
-        data.batch["returns"] = data.batch["advantages"].clone()
-        data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
-        # pad to the data-parallel size with copies that carry no loss (fully masked rows are
-        # excluded by every agg_loss mode), then balance tokens over ranks as verl does
-        # verl splits each rank's rows into micro-batches of exactly micro_batch (engine/utils.py:125
-        # asserts it): a step of 16 rows with micro_batch 64, or a variable-size VSR/DAPO step, crashed
-        dp = self._get_dp_size(self.actor_rollout_wg, "actor")
-        data, pad = pad_dataproto_to_divisor(data, dp * self.cfg.micro_batch)
-        if pad:
-            data.batch["response_mask"][-pad:] = 0
-            data.batch["advantages"][-pad:] = 0
-        metrics: dict[str, float] = {"pad_rows": float(pad)}
-        if self.config.trainer.balance_batch:
-            self._balance_batch(data, metrics=metrics)
-        data.meta_info["global_token_num"] = torch.sum(data.batch["attention_mask"], dim=-1).tolist()
-        data.meta_info["images_seqlens"] = []
-        # what verl's fit sets after generation (ray_trainer.py:1329-1331): the log-prob and
-        # update passes read the sampling temperature from here
-        data.meta_info["multi_turn"] = False
-        data.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-        old, _ = self._compute_old_log_prob(data)
-        old.batch.pop("entropys")
-        data = data.union(old)
-        if self.use_reference_policy:
-            data = data.union(self._compute_ref_log_prob(data))
-        out = self._update_actor(data)
-        from verl.utils.metric import reduce_metrics
-        metrics.update({k: float(v) for k, v in reduce_metrics(out.meta_info["metrics"]).items()})
-        return metrics
+        return update_actor_on_rows(self, data, self.cfg.micro_batch, {})
 
     # ------------------------------------------------------------------ checkpoints
     def _step_dir(self, step: int) -> Path:
@@ -204,3 +176,39 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True)
         self.tokenizer.save_pretrained(out_dir / "model")
         self.write_records(out_dir)
+
+
+def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics: dict[str, float]) -> dict[str, float]:
+    """verl's actor update on training rows that carry ``advantages`` (math groups or episode
+    turns): loss-free pad rows, token balance over ranks, old (and reference) log-probs, one
+    ``update_actor``; ``metrics`` gets ``pad_rows`` and verl's reduced update metrics."""
+    from verl.utils.metric import reduce_metrics
+
+    data.batch["returns"] = data.batch["advantages"].clone()
+    data.non_tensor_batch["multi_modal_inputs"] = np.array([{}] * len(data), dtype=object)
+    # pad to the data-parallel size with copies that carry no loss (fully masked rows are
+    # excluded by every agg_loss mode): verl splits each rank's rows into micro-batches of exactly
+    # micro_batch (engine/utils.py:125 asserts it), so 16 rows at micro_batch 64, or a
+    # variable-size VSR/DAPO step, would crash
+    dp = trainer._get_dp_size(trainer.actor_rollout_wg, "actor")
+    data, pad = pad_dataproto_to_divisor(data, dp * micro_batch)
+    if pad:
+        data.batch["response_mask"][-pad:] = 0
+        data.batch["advantages"][-pad:] = 0
+    metrics["pad_rows"] = float(pad)
+    if trainer.config.trainer.balance_batch:
+        trainer._balance_batch(data, metrics=metrics)
+    data.meta_info["global_token_num"] = torch.sum(data.batch["attention_mask"], dim=-1).tolist()
+    data.meta_info["images_seqlens"] = []
+    # what verl's fit sets after generation (ray_trainer.py:1329-1331): the log-prob and
+    # update passes read the sampling temperature from here
+    data.meta_info["multi_turn"] = False
+    data.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
+    old, _ = trainer._compute_old_log_prob(data)
+    old.batch.pop("entropys")
+    data = data.union(old)
+    if trainer.use_reference_policy:     # verl's KL loss (kl_coef > 0, or a sweep's verl_overrides)
+        data = data.union(trainer._compute_ref_log_prob(data))
+    out = trainer._update_actor(data)
+    metrics.update({k: float(v) for k, v in reduce_metrics(out.meta_info["metrics"]).items()})
+    return metrics

@@ -19,12 +19,10 @@ thread.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trainer_reference import diff, weights_digest  # noqa: E402
+from reference_records import parse_args, record_or_compare, weights_digest  # noqa: E402
 
 BASE = {"steps": 3, "batch_seeds": 3, "max_new_tokens": 6, "val_seeds": 2, "val_every": 2, "ckpt_every": 2,
         "lr": 1e-3, "seed": 3}
@@ -108,69 +106,23 @@ def run_case(name: str, tok, model, work: Path) -> dict:
             "summary": json.loads(json.dumps(t.summary()))}
 
 
-def diff_all(a: dict, b: dict) -> list[str]:
-    out = diff(a, b)
-    for f in sorted(set(a["records"]) | set(b["records"])):
-        if a["records"].get(f) != b["records"].get(f):
-            out.append(f"record {f} differs")
-    if a["summary"] != b["summary"]:
-        keys = sorted(set(a["summary"]) | set(b["summary"]))
-        out.append("summary: " + ", ".join(f"{k} {a['summary'].get(k)!r} -> {b['summary'].get(k)!r}"
-                                           for k in keys if a["summary"].get(k) != b["summary"].get(k)))
-    return out
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--save", type=Path)
-    g.add_argument("--compare", type=Path)
-    ap.add_argument("--cases", default=",".join([*CASES, *RESUMED]))
-    args = ap.parse_args()
+    args, names = parse_args(__doc__, [*CASES, *RESUMED])
     torch.set_num_threads(1)
-    known = [*CASES, *RESUMED]
-    names = [n for n in args.cases.split(",") if n]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(known)}")
     t0 = time.monotonic()
     tok, model = base_policy()
     base_digest = weights_digest(model)
     print(f"base policy {base_digest[:12]} ({time.monotonic() - t0:.1f}s)")
-    ref = json.loads(args.compare.read_text()) if args.compare else {}
-    if args.compare and ref.get("_base") != base_digest:
-        print(f"base policy differs from the reference's ({str(ref.get('_base'))[:12]}): comparisons are void")
-    out, changed = {"_base": base_digest}, 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in names:
-            t0 = time.monotonic()
-            out[n] = run_case(n, tok, model, Path(tmp))
-            rows = out[n]["history"]
-            last = rows[-1]
-            info = (f"success {last.get('reward/mean', float('nan')):.3f} loss {last.get('train/loss', 0.0):+.5f} "
-                    f"gen_tokens {out[n]['meter']['generated_tokens']} weights {out[n]['weights'][:12]}")
-            if args.compare:
-                if n not in ref:
-                    print(f"{n:16s} NOT IN REFERENCE")
-                    changed += 1
-                    continue
-                d = diff_all(ref[n], out[n])
-                changed += bool(d)
-                print(f"{n:16s} {'IDENTICAL' if not d else 'CHANGED'} ({time.monotonic() - t0:.1f}s) {info}")
-                for line in d:
-                    print(f"    {line}")
-            else:
-                print(f"{n:16s} recorded ({time.monotonic() - t0:.1f}s) {info}")
-            if n in RESUMED and RESUMED[n] in out:
-                d = diff_all(out[RESUMED[n]], out[n])
-                print(f"    resumed vs uninterrupted {RESUMED[n]}: {'IDENTICAL' if not d else 'DIFFERENT'}")
-                for line in d:
-                    print(f"        {line}")
-    if args.save:
-        args.save.write_text(json.dumps(out, indent=1, sort_keys=True))
-    else:
-        print(f"{len(names) - changed}/{len(names)} cases identical")
-    return 0
+    if args.compare and json.loads(args.compare.read_text()).get("_base") != base_digest:
+        print("base policy differs from the reference's: comparisons are void")
+
+    def info(rec: dict) -> str:
+        last = rec["history"][-1]
+        return (f"success {last.get('reward/mean', float('nan')):.3f} loss {last.get('train/loss', 0.0):+.5f} "
+                f"gen_tokens {rec['meter']['generated_tokens']} weights {rec['weights'][:12]}")
+
+    return record_or_compare(args, names, lambda n, work: run_case(n, tok, model, work), info,
+                             out={"_base": base_digest}, also_equal=RESUMED)
 
 
 if __name__ == "__main__":

@@ -13,18 +13,17 @@ text (mixed groups from an untrained policy), 3 steps, one torch thread.
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import hashlib
 import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reference_records import parse_args, record_or_compare, weights_digest  # noqa: E402
 
 BASE = {"steps": 3, "batch_prompts": 4, "max_new_tokens": 12, "val_size": 2, "val_samples": 1,
         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, "seed": 3}
@@ -60,14 +59,6 @@ def rule_reward(texts, golds):
     return [(float(len(t) % 2 == 0), "rule") for t in texts]
 
 
-def weights_digest(model) -> str:
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def run_case(name: str, tok, model, problems, work: Path) -> dict:
     from components.stages.base import NullTracker
     from components.trainer.embedded import EmbeddedTrainer
@@ -82,32 +73,8 @@ def run_case(name: str, tok, model, problems, work: Path) -> dict:
             "method_state": json.loads(json.dumps(t.method.state_dict()))}
 
 
-def diff(a: dict, b: dict) -> list[str]:
-    out = []
-    if a["weights"] != b["weights"]:
-        out.append("weights")
-    if a["meter"] != b["meter"]:
-        out.append("meter")
-    if a["method_state"] != b["method_state"]:
-        out.append("method_state")
-    if len(a["history"]) != len(b["history"]):
-        out.append(f"history rows {len(a['history'])} != {len(b['history'])}")
-    for ra, rb in zip(a["history"], b["history"]):
-        keys = sorted(set(ra) | set(rb))
-        bad = [k for k in keys if ra.get(k) != rb.get(k)]
-        if bad:
-            out.append(f"step {ra.get('step')}: " + ", ".join(
-                f"{k} {ra.get(k)!r} -> {rb.get(k)!r}" for k in bad))
-    return out
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--save", type=Path)
-    g.add_argument("--compare", type=Path)
-    ap.add_argument("--cases", default=",".join(CASES))
-    args = ap.parse_args()
+    args, names = parse_args(__doc__, list(CASES))
     torch.set_num_threads(1)
     from components.data.synthetic import generate_problems
     from components.policy.tokenizer import build_tokenizer
@@ -116,33 +83,7 @@ def main() -> int:
     tok = build_tokenizer()
     model = tiny_test_policy(tok)
     problems = generate_problems(12, [3], seed=1)
-    names = [n for n in args.cases.split(",") if n]
-    unknown = [n for n in names if n not in CASES]
-    if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(CASES)}")
-    ref = json.loads(args.compare.read_text()) if args.compare else {}
-    out, changed = {}, 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in names:
-            t0 = time.monotonic()
-            out[n] = run_case(n, tok, model, problems, Path(tmp))
-            if args.compare:
-                if n not in ref:
-                    print(f"{n:20s} NOT IN REFERENCE")
-                    changed += 1
-                    continue
-                d = diff(ref[n], out[n])
-                changed += bool(d)
-                print(f"{n:20s} {'IDENTICAL' if not d else 'CHANGED'} ({time.monotonic() - t0:.1f}s)")
-                for line in d:
-                    print(f"    {line}")
-            else:
-                print(f"{n:20s} recorded ({time.monotonic() - t0:.1f}s) weights {out[n]['weights'][:12]}")
-    if args.save:
-        args.save.write_text(json.dumps(out, indent=1, sort_keys=True))
-    else:
-        print(f"{len(names) - changed}/{len(names)} cases identical")
-    return 0
+    return record_or_compare(args, names, lambda n, work: run_case(n, tok, model, problems, work))
 
 
 if __name__ == "__main__":

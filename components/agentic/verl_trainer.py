@@ -20,7 +20,6 @@ on a machine without a GPU).
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -194,21 +193,15 @@ def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
 def train_agentic_with_verl(params, ctx) -> dict:
     """The agentic train stage on verl: Ray (CPU platform where there is no GPU, as the math
     verl run), verl's workers, :class:`EpisodePPOTrainer`, the stage outputs."""
-    import ray
-    from omegaconf import OmegaConf
-    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     from components.agentic.stages.common import env_factory, read_env
     from components.stages.common import read_json
-    from components.trainer.verl.run import CPU_RAY_UNITS, _end_mlflow_run, attach_mlflow, model_path
+    from components.trainer.verl.run import (attach_mlflow, cpu_platform_env, end_mlflow_run, model_path,
+                                             ray_session, verl_workers)
 
-    on_cpu: dict[str, str] = {}
-    if not torch.cuda.is_available():
-        from components.trainer.verl.cpu_platform import use_cpu_platform
-
-        on_cpu = use_cpu_platform()
+    on_cpu = cpu_platform_env()
     spec = read_env(ctx.input("hard"))
     env_factory(spec)                                  # a bad spec fails here, before Ray starts
     kept = read_json(ctx.input("hard") / "train.json")
@@ -217,29 +210,9 @@ def train_agentic_with_verl(params, ctx) -> dict:
     cfg, config = build_config(params, model_path(ctx.input("model")), ctx.work_dir, ctx.sweep)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     attach_mlflow(ctx.tracker.run_id)
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
-        init = {"runtime_env": OmegaConf.to_container(env), "num_cpus": config.ray_kwargs.ray_init.num_cpus}
-        if on_cpu:   # as components.trainer.verl.run: worker slots as Ray "GPUs", CPUs as scheduling units
-            init["runtime_env"].setdefault("env_vars", {}).update(on_cpu)
-            init["num_gpus"] = params.n_gpus_per_node * params.nnodes
-            init["num_cpus"] = max(init["num_cpus"] or 0, CPU_RAY_UNITS)
-            init["include_dashboard"] = False
-            os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-        ray.init(**init)
-    try:
-        from verl.trainer.main_ppo_v0 import BaseTaskRunner
-        from verl.utils.config import omega_conf_to_dataclass
-
-        runner = BaseTaskRunner()
-        _, wg_cls = runner.add_actor_rollout_worker(config)
-        runner.add_reward_model_resource_pool(config)
-        pools = runner.init_resource_pool_mgr(config)
-        tokenizer = omega_conf_to_dataclass(config.actor_rollout_ref.model).tokenizer
-        trainer = EpisodePPOTrainer(config, tokenizer, runner.role_worker_mapping, pools, wg_cls, train_cfg=cfg,
-                                    env_spec=spec, layout=params.layout, max_prompt_length=params.max_prompt_length,
-                                    n_train=len(kept))
+    with ray_session(params, config, on_cpu):
+        trainer = EpisodePPOTrainer(config, **verl_workers(config), train_cfg=cfg, env_spec=spec, layout=params.layout,
+                                    max_prompt_length=params.max_prompt_length, n_train=len(kept))
         trainer.init_workers()
         status = "FAILED"
         try:
@@ -249,9 +222,6 @@ def train_agentic_with_verl(params, ctx) -> dict:
                  "expert_traces": traces})
             status = "FINISHED"
         finally:
-            _end_mlflow_run(status)
+            end_mlflow_run(status)
         trainer.save_outputs(ctx.out_dir)
         return summary
-    finally:
-        if started_ray:
-            ray.shutdown()

@@ -3,9 +3,10 @@
 (``components/stages/train.py``); Ray and the GPU workers start here."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from components.trainer.train_config import train_config_of
 
@@ -61,20 +62,25 @@ def prepare(params: Any, ctx) -> dict:
             "resources": {"expert_traces": traces, "p0": p0}}
 
 
-def train_with_verl(params: Any, ctx) -> dict:
-    import ray
+def cpu_platform_env() -> dict[str, str]:
+    """Where there is no GPU: register the CPU platform (``cpu_platform.py``) and return the
+    environment its Ray workers need; on a GPU machine nothing, ``{}``."""
     import torch
+
+    if torch.cuda.is_available():
+        return {}
+    from components.trainer.verl.cpu_platform import use_cpu_platform
+
+    return use_cpu_platform()
+
+
+@contextlib.contextmanager
+def ray_session(params: Any, config, on_cpu: dict[str, str]) -> Iterator[None]:
+    """Ray for one run, started (and shut down) here unless the process already has one."""
+    import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    on_cpu: dict[str, str] = {}
-    if not torch.cuda.is_available():
-        from components.trainer.verl.cpu_platform import use_cpu_platform
-
-        on_cpu = use_cpu_platform()
-    run = prepare(params, ctx)
-    config = run["config"]
-    attach_mlflow(ctx.tracker.run_id)
     started_ray = not ray.is_initialized()
     if started_ray:
         env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
@@ -92,7 +98,7 @@ def train_with_verl(params: Any, ctx) -> dict:
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
         ray.init(**init)
     try:
-        return _fit(ctx, run)
+        yield
     finally:
         if started_ray:
             # the workers hold the run's slots: a later run in this process (a retried task, the
@@ -100,21 +106,36 @@ def train_with_verl(params: Any, ctx) -> dict:
             ray.shutdown()
 
 
-def _fit(ctx, run: dict) -> dict:
+def verl_workers(config) -> dict[str, Any]:
+    """verl's own role -> worker and resource-pool wiring: the keyword arguments (besides the
+    config) of a ``RayPPOTrainer``."""
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
     from verl.utils.config import omega_conf_to_dataclass
 
+    runner = BaseTaskRunner()
+    _, wg_cls = runner.add_actor_rollout_worker(config)
+    runner.add_reward_model_resource_pool(config)
+    pools = runner.init_resource_pool_mgr(config)
+    return {"tokenizer": omega_conf_to_dataclass(config.actor_rollout_ref.model).tokenizer,
+            "role_worker_mapping": runner.role_worker_mapping, "resource_pool_manager": pools,
+            "ray_worker_group_cls": wg_cls}
+
+
+def train_with_verl(params: Any, ctx) -> dict:
+    on_cpu = cpu_platform_env()
+    run = prepare(params, ctx)
+    attach_mlflow(ctx.tracker.run_id)
+    with ray_session(params, run["config"], on_cpu):
+        return _fit(ctx, run)
+
+
+def _fit(ctx, run: dict) -> dict:
     from components.stages.common import grade_fn
     from components.trainer.verl.trainer import RLVRPPOTrainer
 
     cfg, config, problems, val = run["cfg"], run["config"], run["problems"], run["val"]
-    runner = BaseTaskRunner()   # verl's own role -> worker and resource-pool wiring
-    _, wg_cls = runner.add_actor_rollout_worker(config)
-    runner.add_reward_model_resource_pool(config)
-    pools = runner.init_resource_pool_mgr(config)
-    tokenizer = omega_conf_to_dataclass(config.actor_rollout_ref.model).tokenizer
-    trainer = RLVRPPOTrainer(config, tokenizer, runner.role_worker_mapping, pools, wg_cls,
-                             train_cfg=cfg, n_train=len(problems), n_val=min(len(val), cfg.val_size))
+    trainer = RLVRPPOTrainer(config, **verl_workers(config), train_cfg=cfg, n_train=len(problems),
+                             n_val=min(len(val), cfg.val_size))
     trainer.init_workers()
     grade = grade_fn(cfg.grading_timeout_s)
     status = "FAILED"
@@ -123,12 +144,12 @@ def _fit(ctx, run: dict) -> dict:
         status = "FINISHED"
     finally:
         grade.grader.close()
-        _end_mlflow_run(status)
+        end_mlflow_run(status)
     trainer.save_outputs(ctx.out_dir)
     return summary
 
 
-def _end_mlflow_run(status: str) -> None:
+def end_mlflow_run(status: str) -> None:
     """verl's MLflow logger starts the stage's run in this process (``mlflow.start_run``) and
     only its ``Tracking.finish`` ends it: without this, the next verl run in the same process
     cannot start its own run ("already active"). The stage runner records the final status too."""

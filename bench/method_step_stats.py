@@ -2,7 +2,10 @@
 (``method/*`` in metrics.jsonl: SARA's committed / abandoned prompts, PAIR's continued
 candidates, CERO's price, the compositions' state units ...) and the share of mixed groups.
 
-    RLVR_HOME=/path .venv/bin/python bench/method_step_stats.py [--methods sara pair ...]
+    RLVR_HOME=/path .venv/bin/python bench/method_step_stats.py [--methods sara pair ...] [--live-only]
+
+``--live-only``: only the steps where the method reports ``method/live`` 1 (RAIL after its
+shadow phase).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from components.artifacts import rlvr_home  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--methods", nargs="*", default=None)
+    ap.add_argument("--live-only", action="store_true", help="only steps with method/live == 1")
     args = ap.parse_args()
     runs = sorted((rlvr_home() / "artifacts" / "train").glob("*/summary.json"))
     if not runs:
@@ -30,6 +34,9 @@ def main() -> None:
         if args.methods and summary["method"] not in args.methods:
             continue
         rows = [json.loads(line) for line in (s.parent / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = [r for r in rows if r.get("method/live") == 1] if args.live_only else rows
+        if not rows:
+            continue
         keys = sorted({k for r in rows for k in r if k.startswith("method/")})
         mixed = [r["groups/mixed_frac"] for r in rows if "groups/mixed_frac" in r]
         stats = {k[len("method/"):]: round(float(np.mean([r[k] for r in rows if k in r])), 3) for k in keys}

@@ -253,4 +253,7 @@ def test_embedded_trainer_runs_two_steps(model, tok, tmp_path):
     assert rows[-1]["rollouts"] == tr.method.last_stats["rollouts"]
     assert all(h["rollouts"] >= tr.method.rollouts_per_step(4) for h in rows)
     assert rows[-1]["method/rollouts"] == tr.method.last_stats["rollouts"]
-    assert out["rollouts"] == sum(4 * 4 for _ in rows)               # train_rollout = kept samples only
+    # every generated sample is a rollout (the tokens stage counts them so); the kept ones,
+    # n per prompt, stay under "train_rollout"
+    assert out["rollouts"] == sum(h["rollouts"] for h in rows)
+    assert tr.meter.totals("train_rollout")["sequences"] == sum(4 * 4 for _ in rows)

@@ -93,10 +93,10 @@ def calls(cfg: Sweep, stage: str, up: dict[str, Any]) -> list[dict[str, Any]]:
                       **({"teacher": _uri(models, t, "pretrain")} if (t := cfg.teacher_of(g["method"])) else {})}, g)
                 for g in cfg.grid()]
     if stage == "evaluate":
-        # every trained model that has a result, and each base model, x the eval targets
+        # every trained model that has a result, each base model and used teacher, x the eval targets
         models, hard = _by(up["models"], "model", "pretrain"), _by(up["hard"], "model", "filter_hard")
         uris = {k: r["uri"] for k, r in _by(up["trains"], "key", "train").items()}
-        uris.update({f"{slug(m)}-base": _uri(models, m, "pretrain") for m in cfg.models})
+        uris.update({k: _uri(models, m, "pretrain") for k, m in cfg.untrained_eval_models().items()})
         return [call(stage, e["label"], cfg.evaluate_params(e["label"], e["benchmark"]),
                      {"model": uris[e["key"]], "hard": _uri(hard, e["model"], "filter_hard")}, {"label": e["label"]})
                 for e in cfg.eval_cells() if e["key"] in uris]

@@ -12,7 +12,7 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     seeds: [0]
     models: [tiny]                  # names in model_specs, or paths / HF ids
     model_specs: {tiny: {...}}      # pretrain param overrides per model name
-    teachers: [tiny_long]           # teacher-only models: pretrained, never trained or evaluated
+    teachers: [tiny_long]           # teacher-only models: pretrained and evaluated, never trained
     methods: [grpo, vsr, sft]
     stages: {prepare_data: {...}, pretrain: {...}, ..., tables: {}}
     method_config: {vsr: {rho: 0.5}}
@@ -277,19 +277,36 @@ class Sweep(_Strict):
                 "method_config": dict(self.method_config.get(method, {}))}
 
     def evaluate_params(self, label: str, benchmark: str | None = None) -> dict[str, Any]:
-        """stages.evaluate + label (+ ``benchmark`` when evaluating on one)."""
+        """stages.evaluate + label (+ ``benchmark`` when evaluating on one; + ``base_name``, the
+        tables' row name, for a teacher's evaluation)."""
         out = {**self.stages.evaluate, "label": label}
+        teacher = {k: src for k, m, src in self._untrained_evals() if src != m}.get(label.split("@")[0])
+        if teacher is not None:
+            out["base_name"] = f"teacher-{slug(teacher)}"
         return {**out, "benchmark": benchmark} if benchmark is not None else out
+
+    def _untrained_evals(self) -> list[tuple[str, str, str]]:
+        """(eval key, the model whose held-out set is scored, the model whose pretrain output
+        scores it): each model's base, and each teacher a method of this run uses on each
+        model's set (the distillation's ceiling beside the students' rows)."""
+        teachers = [t for t in self.pretrained_models() if t not in self.models]
+        return [(f"{slug(m)}-base", m, m) for m in self.models] + \
+            [(f"{slug(m)}-teacher-{slug(t)}", m, t) for m in self.models for t in teachers]
+
+    def untrained_eval_models(self) -> dict[str, str]:
+        """Eval key -> the model whose pretrain output that evaluation scores."""
+        return {k: src for k, _, src in self._untrained_evals()}
 
     def eval_targets(self) -> list[str | None]:
         """What each model is evaluated on: None = the held-out split, then each benchmark."""
         return ([None] if self.heldout_eval else []) + list(self.benchmarks)
 
     def eval_cells(self) -> list[dict[str, Any]]:
-        """(each trained model + each base model) x eval_targets(), in DAG order:
-        ``{"key", "model", "benchmark", "label"}``; ``label`` is the key, or
-        ``"<key>@<benchmark>"`` on a benchmark. ``key`` is a grid key or ``"<model slug>-base"``."""
-        keys = [(g["key"], g["model"]) for g in self.grid()] + [(f"{slug(m)}-base", m) for m in self.models]
+        """(each trained model + each base model + each used teacher) x eval_targets(), in DAG
+        order: ``{"key", "model", "benchmark", "label"}``; ``label`` is the key, or
+        ``"<key>@<benchmark>"`` on a benchmark. ``key`` is a grid key or a key of
+        ``untrained_eval_models()``; ``model`` is the model whose held-out set is scored."""
+        keys = [(g["key"], g["model"]) for g in self.grid()] + [(k, m) for k, m, _ in self._untrained_evals()]
         return [{"key": k, "model": m, "benchmark": b, "label": k if b is None else f"{k}@{b}"}
                 for k, m in keys for b in self.eval_targets()]
 

@@ -197,11 +197,11 @@ def build_dag(cfg: Sweep, source: Path):
 
         @task
         def eval_plan(sweep: dict, trains: list, models: dict) -> list[dict]:
-            """Aggregator: (every trained model + each base model) x (the held-out split
+            """Aggregator: (every trained model + each base model and used teacher) x (the held-out split
             when ``heldout_eval`` + each of ``benchmarks``), as evaluate's map."""
             c = _cfg(sweep)
             uris = {t["key"]: t["uri"] for t in _items(trains)}
-            uris.update({f"{slug(m)}-base": models[m]["uri"] for m in c.models})
+            uris.update({k: models[m]["uri"] for k, m in c.untrained_eval_models().items()})
             return [{"label": e["label"], "model": e["model"], "benchmark": e["benchmark"], "uri": uris[e["key"]]}
                     for e in c.eval_cells() if e["key"] in uris]
 
@@ -311,7 +311,7 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
         """As local mode's eval_plan, one pod per (trained or base model) x eval target."""
         c = _cfg(sweep)
         uris = {t["key"]: t["uri"] for t in _items(trains)}
-        uris.update({f"{slug(m)}-base": models[m]["uri"] for m in c.models})
+        uris.update({k: models[m]["uri"] for k, m in c.untrained_eval_models().items()})
         hard = by_model(hard)
         return [pod("evaluate", c.evaluate_params(e["label"], e["benchmark"]),
                     {"model": uris[e["key"]], "hard": hard[e["model"]]["uri"]}, parent, e["label"],

@@ -91,7 +91,14 @@ def test_pretrained_model_through_the_stages_with_chat_template(home):
     res = json.loads((Path(ev["uri"]) / "results.json").read_text())
     held = read_problems(Path(hard["uri"]) / "heldout.jsonl")
     assert res["samples_per_problem"] == 1 and res["problems"] == len(held)   # VIGOR protocol: 1 sample
-    assert set(res["pass_at_k"]) == {"1"}
+    assert set(res["pass_at_k"]) == {"1"} and res["method"] == "base"
+    # a teacher's evaluation (a pretrain output too) is its own tables row and its own cache entry
+    ev2 = lineage.run_stage("evaluate", {"protocol": "vigor", "prompt_template": "chat", "max_new_tokens": 8,
+                                         "label": "chat-teacher-t", "base_name": "teacher-t"},
+                            {"model": pre["uri"], "hard": hard["uri"]}, sweep="hf")
+    res2 = json.loads((Path(ev2["uri"]) / "results.json").read_text())
+    assert res2["method"] == "teacher-t" and ev2["cache_key"] != ev["cache_key"]
+    assert res2["mean_at_k"] == res["mean_at_k"]          # same model, same sampling seeds
 
 
 def test_hub_id_offline_and_not_cached_is_one_line(home):

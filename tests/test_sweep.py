@@ -130,16 +130,22 @@ method_config:
 """
 
 
-def test_teacher_only_model_is_pretrained_not_trained_or_evaluated(tmp_path):
+def test_teacher_only_model_is_pretrained_and_evaluated_not_trained(tmp_path):
     s = load_sweep(write(tmp_path, TEACHER))
     assert s.pretrained_models() == ["tiny", "tiny_long"]
     assert {g["model"] for g in s.grid()} == {"tiny"} and s.teacher_of("opd") == "tiny_long"
-    assert [e["label"] for e in s.eval_cells()] == ["tiny-grpo-s0", "tiny-opd-s0", "tiny-base"]
+    assert [e["label"] for e in s.eval_cells()] == ["tiny-grpo-s0", "tiny-opd-s0", "tiny-base", "tiny-teacher-tiny-long"]
+    assert s.untrained_eval_models() == {"tiny-base": "tiny", "tiny-teacher-tiny-long": "tiny_long"}
+    assert s.eval_cells()[-1]["model"] == "tiny"         # on the student's held-out set
+    assert s.evaluate_params("tiny-teacher-tiny-long")["base_name"] == "teacher-tiny-long"
+    assert "base_name" not in s.evaluate_params("tiny-base")
     planned = s.planned_params()
     assert [p for st, p in planned if st == "pretrain"] == [{}, {"steps": 600}]
     assert [st for st, _ in planned].count("filter_hard") == 1
     # a run of a subset of the methods (trigger form) does not pretrain a teacher nobody uses
-    assert s.model_copy(update={"methods": ["grpo"]}).pretrained_models() == ["tiny"]
+    only_grpo = s.model_copy(update={"methods": ["grpo"]})
+    assert only_grpo.pretrained_models() == ["tiny"]
+    assert [e["label"] for e in only_grpo.eval_cells()] == ["tiny-grpo-s0", "tiny-base"]
 
 
 @pytest.mark.parametrize("edit, where, problem", [

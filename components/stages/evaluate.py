@@ -36,8 +36,10 @@ PROTOCOLS: dict[str, dict] = {
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("benchmark", "protocol", "engine")
+    ADDED_FIELDS = ("benchmark", "protocol", "engine", "base_name")
     label: str = "base"
+    # the tables' row name of a model that no train stage produced (a base policy; a teacher)
+    base_name: str = "base"
     split: Literal["heldout", "train"] = "heldout"
     samples_per_seed: int = Field(8, ge=1)
     seeds: list[int] = [0, 1]
@@ -125,7 +127,7 @@ def run(params: Params, ctx: StageContext) -> dict:
         grade.grader.close()
     n = len(params.seeds) * params.samples_per_seed
     res = {
-        "label": params.label, "method": train_summary.get("method", "base"),
+        "label": params.label, "method": train_summary.get("method", params.base_name),
         "train_seed": train_summary.get("seed"), "train_steps": train_summary.get("steps"),
         "split": params.split if params.benchmark is None else None, "benchmark": params.benchmark,
         "problems": len(problems), "samples_per_problem": n,

@@ -206,7 +206,7 @@ def test_train_stage_declares_an_optional_teacher_input():
     assert "teacher" not in train.INPUTS      # optional: a glob, not a required name
 
 
-def test_teacher_only_model_gets_a_pretrain_call_and_no_other():
+def test_teacher_only_model_is_pretrained_and_evaluated_never_filtered_or_trained():
     from components.stage_graph import calls
     from components.sweep import parse_sweep
 
@@ -225,4 +225,9 @@ def test_teacher_only_model_gets_a_pretrain_call_and_no_other():
     assert trains[1]["inputs"]["teacher"] == "file:///pre/tiny_long"
     evals = calls(cfg, "evaluate", {**up, "trains": [{"key": c["cell"], "uri": f"file:///run/{c['cell']}"}
                                                      for c in trains]})
-    assert [c["cell"] for c in evals] == ["tiny-grpo-s0", "tiny-pg_opd-s0", "tiny-base"]
+    assert [c["cell"] for c in evals] == ["tiny-grpo-s0", "tiny-pg_opd-s0", "tiny-base", "tiny-teacher-tiny-long"]
+    # the teacher scores the student's held-out set; its tables row is named after it
+    teacher = evals[-1]
+    assert teacher["inputs"] == {"model": "file:///pre/tiny_long", "hard": "file:///hard/tiny"}
+    assert teacher["params"]["base_name"] == "teacher-tiny-long"
+    assert "base_name" not in evals[2]["params"]              # the base row's cache key is unchanged

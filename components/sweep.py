@@ -100,7 +100,8 @@ class Sweep(_Strict):
     models: list[str] = Field(min_length=1)
     model_specs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # models that serve only as a distilling method's teacher (method_config.<m>.teacher): they
-    # are pretrained like ``models`` but get no filter_hard, training or evaluation cells
+    # are pretrained like ``models`` and evaluated on each model's held-out set, but get no
+    # filter_hard or training cells
     teachers: list[str] = Field(default_factory=list)
     methods: list[str] = Field(min_length=1)
     stages: StagesConfig = Field(default_factory=StagesConfig)

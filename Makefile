@@ -22,9 +22,6 @@ $(STAMP): requirements.lock requirements-models.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/rlvr sweep dags/sweeps/demo.yaml
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-
 ui: $(STAMP)
 	$(BIN)/rlvr ui
 
@@ -56,7 +53,7 @@ $(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock pypro
 
 # tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping)
 test-scale: $(SCALE_STAMP)
-	$(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
+	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 
 # the part of tests/scale that .ci/run can afford on 2 cores: vLLM against the transformers
 # engine (one short pretrain of the tiny policy) and one verl GRPO run with rewards > 0, killed
@@ -65,7 +62,7 @@ test-scale: $(SCALE_STAMP)
 SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint
 .PHONY: test-scale-ci
 test-scale-ci: $(SCALE_STAMP)
-	$(SCALE_VENV)/bin/python -m pytest -q -m scale --durations=10 $(SCALE_CI_TESTS)
+	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale --durations=10 $(SCALE_CI_TESTS)
 
 # The Kubeflow compiler's environment (.venv-kfp): kfp 2.17 and kfp-kubernetes pin kubernetes<31,
 # protobuf<7 and requests==2.33.0, which the main environment cannot take. The project goes in
@@ -84,6 +81,11 @@ $(KFP_STAMP): requirements-kfp.lock pyproject.toml
 	$(KFP_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v '^WARNING: Location' || true
 	$(KFP_VENV)/bin/python -c "import kfp, kfp.kubernetes, components.sweep, sys; assert kfp.__version__ == '2.17.3', kfp.__version__; assert 'torch' not in sys.modules"
 	rm -f $(KFP_VENV)/.installed-* && touch $@
+
+# The test suite in .venv, with the light Kubeflow environment it needs (no torch; seconds from a
+# warm pip cache). tests/scale skip here with a reason naming `make scale-env` (make test-scale).
+test: $(STAMP) $(KFP_STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # a local Airflow + MLflow server + PostgreSQL under $(RLVR_HOME)/services (rlvr services status / down)
 services: $(STAMP)

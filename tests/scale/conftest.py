@@ -1,9 +1,10 @@
 """The scale tests: verl, vLLM (CPU build), Ray and SmolLM2, for real, in the scale
 environment (``make scale-env`` -> ``.venv-scale``; ``make test-scale`` runs them).
 
-Every test here is marked ``scale``. Outside that environment they are skipped with a reason
-naming the make target -- except in CI (``CI`` set, as ``.ci/run`` does), where a missing
-environment is a failure. Session fixtures share the expensive parts: one RLVR_HOME for the
+Every test here is marked ``scale``. Outside that environment they are skipped at collection,
+before any fixture is set up, with a reason naming the make target; ``make test-scale`` sets
+``RLVR_REQUIRE_SCALE=1``, under which a missing environment fails the run instead (CI runs the
+scale subset that way). Session fixtures share the expensive parts: one RLVR_HOME for the
 session (so the lineage cache reuses a stage's output across tests), one short pretrain of
 the tiny policy, one SmolLM2 export.
 """
@@ -23,17 +24,15 @@ WHY = (f"needs the scale environment ({', '.join(MISSING)} not importable here):
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if Path(str(item.fspath)).resolve().is_relative_to(HERE):
-            item.add_marker(pytest.mark.scale)
-
-
-@pytest.fixture(autouse=True)
-def _scale_env_present():
-    if MISSING:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: {WHY}", pytrace=False)
-        pytest.skip(WHY)
+    # A skip marker is evaluated before any fixture of the test is set up; the session- and
+    # module-scoped fixtures here (SmolLM2 export, vLLM engine) would raise without the modules.
+    here = [item for item in items if Path(str(item.fspath)).resolve().is_relative_to(HERE)]
+    if MISSING and here and os.environ.get("RLVR_REQUIRE_SCALE"):
+        raise pytest.UsageError(f"RLVR_REQUIRE_SCALE is set: {WHY}")
+    for item in here:
+        item.add_marker(pytest.mark.scale)
+        if MISSING:
+            item.add_marker(pytest.mark.skip(reason=WHY))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ and in total over all stages, in three situations:
 - fresh process: a new process (in-process caches emptied) whose RLVR_HOME has the disk cache;
 - repeat: the same process again (one stat per file).
 
-Wall and CPU time; wall exceeds CPU on a busy machine. Also checks nothing heavy got imported.
+Wall and CPU time (wall exceeds CPU on a busy machine), and the cold and fresh-process totals
+as ratios to the repeat (the baseline, same run). Also checks nothing heavy got imported.
 
     .venv/bin/python bench/code_fingerprint_cost.py
 """
@@ -15,9 +16,7 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _forget_process_caches(cf) -> None:
@@ -54,6 +53,8 @@ def main() -> None:
     total = "  ".join(f"{sum(w for w, _ in r.values()) * 1e3:7.1f} ({sum(c for _, c in r.values()) * 1e3:5.1f})"
                       for r in (cold, fresh, repeat))
     print(f"{'all stages':14s} {'':7s}  {total}")
+    walls = [sum(w for w, _ in r.values()) for r in (cold, fresh, repeat)]
+    print(f"cold / repeat: {walls[0] / walls[2]:.1f}x; fresh process / repeat: {walls[1] / walls[2]:.1f}x")
     heavy = [m for m in ("torch", "transformers", "mlflow", "math_verify", "airflow") if m in sys.modules]
     print(f"heavy modules imported: {heavy or 'none'}")
 

@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from components.data.synthetic import generate_problems  # noqa: E402
-from components.engine.base import Completion, Request, SamplingParams, TokenMeter  # noqa: E402
-from components.engine.hf import HFEngine  # noqa: E402
-from components.methods.base import RolloutContext  # noqa: E402
-from components.methods.registry import available, build  # noqa: E402
-from components.policy.model import TinyPolicyConfig, build_policy  # noqa: E402
-from components.policy.tokenizer import build_tokenizer  # noqa: E402
+from components.data.synthetic import generate_problems
+from components.engine.base import Completion, Request, SamplingParams, TokenMeter
+from components.engine.hf import HFEngine
+from components.methods.base import RolloutContext
+from components.methods.registry import available, build
+from components.policy.model import TinyPolicyConfig, build_policy
+from components.policy.tokenizer import build_tokenizer
 
 
 class InstantEngine:

@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.stages.base import StageParams  # noqa: E402
+from components.stages.base import StageParams
 
 
 class noop:

@@ -15,6 +15,7 @@ Default sweep: the one of tests/services/test_services_e2e.py (real stages, tiny
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -26,7 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 KEEP: list[bool] = []
 
 
@@ -58,8 +58,10 @@ def main() -> None:
     if args.sweep:
         text = Path(args.sweep).read_text()
     else:
-        sys.path.insert(0, str(REPO / "tests"))
-        from services.test_services_e2e import SWEEP as text  # noqa: N811
+        spec = importlib.util.spec_from_file_location("services_e2e", REPO / "tests" / "services" / "test_services_e2e.py")
+        e2e = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(e2e)
+        text = e2e.SWEEP
     name = re.search(r"(?m)^name:\s*(\S+)", text).group(1)
     root = Path(tempfile.mkdtemp(prefix="rlvr-bench-services-", dir="/tmp"))
     root.chmod(0o755)  # the postgres system user must reach its data dir when we are root

@@ -14,16 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from components.agentic.methods import build_episodic  # noqa: E402
-from components.agentic.rollout import EpisodeRun, TurnRecord  # noqa: E402
+from components.agentic.methods import build_episodic
+from components.agentic.rollout import EpisodeRun, TurnRecord
 
 WORDS = ("up", "down", "left", "right")
 

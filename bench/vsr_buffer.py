@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from components.methods.base import Group  # noqa: E402
-from components.methods.vsr import VSR, VSRConfig, Trajectory  # noqa: E402
+from components.methods.base import Group
+from components.methods.vsr import VSR, VSRConfig, Trajectory
 
 TRACE_LEN = 100          # tokens per stored trajectory
 BATCH, N = 128, 8        # a paper-scale step: 128 prompts x 8 rollouts

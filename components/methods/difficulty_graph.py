@@ -39,9 +39,9 @@ E[theta_k]: within its state a prompt's own counts refine the state's rate with
 ``own_evidence`` kappa = 4 pseudo-rollouts (``None``: the state rate alone). A prompt with no
 outcome anywhere near it gets the prior mixture (0.5 with the defaults).
 
-Defaults: K = 10, prior strength 10, rho = 0.5, kappa = 4 were picked on the simulated run of
-``bench/difficulty_staleness.py`` (seed 0) among a handful of settings, and checked on seed 1
-(bench/RESULTS.md); ``decay`` 0.9, ``sweeps`` 3, ``damping`` 0.5, k = 10 were not tuned.
+Defaults: K = 10, prior strength 10, rho = 0.5, kappa = 4 were picked among a handful of
+settings on a simulated training run; ``decay`` 0.9, ``sweeps`` 3, ``damping`` 0.5, k = 10 were
+not tuned.
 """
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ class GraphDifficulty:
         """Before a batch's outcomes are added: mean |prediction - observed pass rate| of the
         graph (``graph_mae``) and of the per-prompt estimate (``own_mae``: the prompt's own
         Beta(1, 1) posterior mean over the same decayed counts, 0.5 for a prompt never rolled
-        out: bench/difficulty_staleness.py's ``beta``), overall and over the cold prompts (no
+        out), overall and over the cold prompts (no
         outcome of their own yet) and the warm ones. The observed rate is a group's sample
         mean, so both errors include its binomial noise."""
         rows = self._rows(uids)

@@ -35,7 +35,7 @@ class Params(StageParams):
     heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of a real dataset held out")
     seed: int = 0
     # 1-digit operands: a 0.8M-parameter model learns the arithmetic in ~300 steps, and the
-    # chain length alone sets the difficulty (bench/RESULTS.md, "pretraining regime")
+    # chain length alone sets the difficulty
     operand_digits: int = Field(1, ge=1, le=4)
     pretrain_size: int = Field(8000, ge=1)
     pretrain_levels: dict[int, float] = {3: 0.3, 4: 0.3, 5: 0.2, 6: 0.15, 7: 0.05}

@@ -40,7 +40,7 @@ Each rule names its abstract sentence; every open choice is a config knob marked
   moving that step's price to the nearest one in the band (:func:`banded_allocation`); the
   horizon's remaining budget caps it too. Why these defaults (kappa = 16, eta_lambda = .5, band
   .25, the path gradient): on frozen populations (``tests/methods/test_sara_cero.py``: 24 or 100
-  prompts, pass rates .02-.5, revisited every epoch, 60 steps) With them the run spends its
+  prompts, pass rates .02-.5, revisited every epoch, 60 steps) the run spends its
   budget to within 1 % (0.996, 0.992) at a per-step spread of 8-22 % of rho; a per-step
   gradient (spend - rho; ``lambda_gradient: step``) lags the falling price and under-spends
   (0.774, 0.879); without the band the step's spend swings by 54-117 % of rho; kappa = 8

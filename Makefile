@@ -84,8 +84,10 @@ $(KFP_STAMP): requirements-kfp.lock pyproject.toml
 
 # The test suite in .venv, with the light Kubeflow environment it needs (no torch; seconds from a
 # warm pip cache). tests/scale skip here with a reason naming `make scale-env` (make test-scale).
+# Then the generated blocks of README.md and docs/results.md against their sources.
 test: $(STAMP) $(KFP_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python scripts/readme_tables.py --check
 
 # a local Airflow + MLflow server + PostgreSQL under $(RLVR_HOME)/services (rlvr services status / down)
 services: $(STAMP)

@@ -1,44 +1,106 @@
-"""Write the README's (and bench/RESULTS.md's) result sections from the sweeps' own tables.
+"""Write the generated blocks of README.md and docs/ from their sources, or check them.
 
-Every block between ``<!-- rlvr:NAME -->`` and ``<!-- /rlvr:NAME -->`` is replaced by the
-``tables.md`` and ``claims.md`` of sweep NAME's latest finished ``tables`` stage run in
-$RLVR_HOME (the same files ``rlvr tables NAME`` prints), with a line saying how to reproduce
-it. Nothing in those blocks is typed by hand: rerun this after the sweeps.
+A block is the text between ``<!-- rlvr:NAME -->`` and ``<!-- /rlvr:NAME sha256:DIGEST -->``:
 
-    RLVR_HOME=... .venv/bin/python scripts/readme_tables.py [FILE ...]     (default: README.md bench/RESULTS.md)
-    ... --check    exit 1 if a file would change (the blocks are stale)
-    ... --only demo,sanity    fill / check only these blocks (the others are left as they are)
+- ``rlvr:facts.X`` is written from the repository itself (``FACTS``): the method list from the
+  method registries, the bad-input corpus sizes from the corpus files;
+- any other ``rlvr:SWEEP`` holds the ``tables.md`` and ``claims.md`` of sweep SWEEP's latest
+  finished ``tables`` stage run in $RLVR_HOME (the files ``rlvr tables SWEEP`` prints).
 
-A block whose sweep has no finished tables run stops the script with one line naming the
+The end marker carries the digest of the body it closes, so a hand edit inside a block is
+found even where the sweep's store is absent. Nothing in a block is typed by hand.
+
+    RLVR_HOME=... .venv/bin/python scripts/readme_tables.py [FILE ...]    (default: DOCS)
+    ... --check    exit 1 if a block is stale or edited: facts against their sources, sweeps
+                   against their tables run, or, where $RLVR_HOME has none, against the digest
+    ... --check --require-runs    a sweep block without a tables run is an error too
+    ... --only demo,facts.methods    fill / check only these blocks
+
+A sweep block whose sweep has no finished tables run stops a fill with one line naming the
 file, block and sweep; no file is written unless every block of every file could be filled.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+DOCS = ("README.md", "docs/results.md")
 
-BLOCK = re.compile(r"(<!-- rlvr:(?P<name>[A-Za-z0-9_.-]+) -->\n)(?P<body>.*?)(<!-- /rlvr:(?P=name) -->)", re.S)
+NAME = r"[A-Za-z0-9_.-]+"
+BLOCK = re.compile(rf"(<!-- rlvr:(?P<name>{NAME}) -->\n)(?P<body>.*?)<!-- /rlvr:(?P=name)(?: sha256:(?P<digest>[0-9a-f]+))? -->",
+                   re.S)
+
+
+def digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def blocks(text: str) -> list[str]:
     return [m.group("name") for m in BLOCK.finditer(text)]
 
 
+def bodies_of(text: str) -> dict[str, tuple[str, str | None]]:
+    """name -> (body, digest recorded in its end marker or None)."""
+    return {m.group("name"): (m.group("body"), m.group("digest")) for m in BLOCK.finditer(text)}
+
+
 def fill(text: str, bodies: dict[str, str]) -> str:
-    """``text`` with each block's body replaced by ``bodies[name]`` (a block whose name is not
-    in ``bodies`` keeps its body)."""
-    opened = re.findall(r"<!-- rlvr:([A-Za-z0-9_.-]+) -->", text)
+    """``text`` with each block's body replaced by ``bodies[name]`` and its end marker stamped
+    with the body's digest (a block whose name is not in ``bodies`` is left as it is)."""
+    opened = re.findall(rf"<!-- rlvr:({NAME}) -->", text)
     if sorted(opened) != sorted(blocks(text)):
         unclosed = sorted(set(opened) - set(blocks(text)))
         raise ValueError(f"block {unclosed[0] if unclosed else opened[0]!r} has no matching <!-- /rlvr:... --> end marker")
-    return BLOCK.sub(lambda m: m.group(0) if m.group("name") not in bodies
-                     else m.group(1) + bodies[m.group("name")].rstrip("\n") + "\n" + m.group(4), text)
 
+    def one(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in bodies:
+            return m.group(0)
+        body = bodies[name].rstrip("\n") + "\n"
+        return f"{m.group(1)}{body}<!-- /rlvr:{name} sha256:{digest(body)} -->"
+    return BLOCK.sub(one, text)
+
+
+# ---- facts: blocks written from the repository ----
+
+def methods_fact() -> str:
+    """Every registered method, by task, from the registries (what a sweep's ``methods`` accepts)."""
+    from components.agentic import registry as episodic
+    from components.methods import registry as math
+
+    m, e = math.available(), episodic.available()
+    return (f"**{len(m)} methods on math tasks**, one module each under `components/methods/` and "
+            f"registered by name: {', '.join(f'`{n}`' for n in m)}. "
+            f"**{len(e)} on multi-turn episodes** (`components/agentic/registry.py`): "
+            f"{', '.join(f'`{n}`' for n in e)}.\n")
+
+
+def bad_input_fact() -> str:
+    """The sizes of the bad-input corpus, counted from its files."""
+    import ast
+
+    import yaml
+
+    corpus = REPO / "tests" / "bad_input" / "corpus"
+    outputs = sum(1 for x in (corpus / "grader_outputs.jsonl").read_text().splitlines() if x.strip())
+    rows = sum(1 for x in (corpus / "data_rows.jsonl").read_text().splitlines() if x.strip())
+    sweeps = sum(1 for d in yaml.safe_load_all((corpus / "sweep_files.yaml").read_text()) if d)
+    tree = ast.parse((REPO / "tests" / "bad_input" / "test_paths.py").read_text())
+    paths = sum(1 for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_"))
+    total = outputs + rows + sweeps + paths
+    return (f"{total} malformed inputs: {outputs} model outputs (`grader_outputs.jsonl`), {rows} dataset "
+            f"rows (`data_rows.jsonl`), {sweeps} sweep files (`sweep_files.yaml`), {paths} path cases "
+            f"(`test_paths.py`)\n")
+
+
+FACTS = {"facts.methods": methods_fact, "facts.bad_input": bad_input_fact}
+
+
+# ---- sweeps: blocks written from a sweep's tables run ----
 
 def sweep_tables(name: str) -> str:
     """tables.md + claims.md of the sweep's latest FINISHED tables run, with its provenance."""
@@ -71,14 +133,50 @@ def provenance(tags: dict[str, str]) -> str:
 
 
 def _demote(md: str) -> str:
-    # the stage's "## " titles become "#### " so they sit under the README's own sections
+    # the stage's "## " titles become "#### " so they sit under the page's own sections
     return re.sub(r"(?m)^## ", "#### ", md)
+
+
+def source_body(name: str) -> str:
+    """The body block ``name`` should hold (LookupError: a sweep with no finished tables run)."""
+    return FACTS[name]() if name in FACTS else sweep_tables(name)
+
+
+def check(texts: dict[str, str], names: list[str], require_runs: bool) -> int:
+    problems, by_digest = [], []
+    for n in names:
+        where = [f for f, t in texts.items() if n in blocks(t)]
+        try:
+            want = source_body(n).rstrip("\n") + "\n"
+        except LookupError as e:
+            if require_runs:
+                problems.append(f"{', '.join(where)}: block rlvr:{n}: {e}")
+                continue
+            want = None
+        for f in where:
+            body, recorded = bodies_of(texts[f])[n]
+            if want is not None and body != want:
+                problems.append(f"{f}: block rlvr:{n} is stale (rerun scripts/readme_tables.py)")
+            elif want is None and recorded != digest(body):
+                problems.append(f"{f}: block rlvr:{n}: body does not match its end marker's digest "
+                                f"(edited by hand, or never written by this script)")
+            elif want is None:
+                by_digest.append(n)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if by_digest:
+        print(f"checked against their digest only (no tables run in this RLVR_HOME): {', '.join(sorted(set(by_digest)))}",
+              file=sys.stderr)
+    print(f"{len(problems)} problem(s) in {len(names)} block(s)" if problems else f"{len(names)} block(s) up to date",
+          file=sys.stderr)
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", default=[str(REPO / "README.md"), str(REPO / "bench" / "RESULTS.md")])
-    ap.add_argument("--check", action="store_true", help="exit 1 if a file would change")
+    ap.add_argument("files", nargs="*", default=[str(REPO / f) for f in DOCS])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a block is stale or edited by hand")
+    ap.add_argument("--require-runs", action="store_true", help="with --check: a sweep without a tables run fails")
     ap.add_argument("--only", default="", help="comma-separated block names (default: every block)")
     args = ap.parse_args(argv)
     texts = {f: Path(f).read_text() for f in args.files}
@@ -89,25 +187,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--only: no block rlvr:{missing[0]} in {', '.join(texts)}", file=sys.stderr)
             return 2
         names = sorted(only)
+    for f, t in texts.items():
+        try:
+            fill(t, {})
+        except ValueError as e:
+            print(f"{f}: {e}", file=sys.stderr)
+            return 2
+    if args.check:
+        return check(texts, names, args.require_runs)
     bodies = {}
     for n in names:
         try:
-            bodies[n] = sweep_tables(n)
+            bodies[n] = source_body(n)
         except LookupError as e:
             where = ", ".join(f for f, t in texts.items() if n in blocks(t))
             print(f"{where}: block rlvr:{n}: {e}", file=sys.stderr)
             return 2
-    new = {}
-    for f, t in texts.items():
-        try:
-            new[f] = fill(t, bodies)
-        except ValueError as e:
-            print(f"{f}: {e}", file=sys.stderr)
-            return 2
+    new = {f: fill(t, bodies) for f, t in texts.items()}
     changed = [f for f in texts if new[f] != texts[f]]
-    if args.check:
-        print("stale: " + ", ".join(changed) if changed else "up to date", file=sys.stderr)
-        return 1 if changed else 0
     for f in changed:
         tmp = Path(f + ".tmp")
         tmp.write_text(new[f])

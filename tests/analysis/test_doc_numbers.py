@@ -87,3 +87,31 @@ def test_measurement_pattern_catches_the_kinds_it_names():
     assert [m.group(0) for m in MEASUREMENT.finditer(text)] == ["2 min", "1.33x", "25 s", "6.8 GB", "98 %",
                                                                 "8,572 tokens/s"]
     assert not MEASUREMENT.findall("Sokoban 6x6, Python 3.11, mean@16, 7B models, uid 1000, v2")
+
+
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def _section_seed_claims():
+    """(section title, sweep, seeds the prose claims) for docs/results.md's sweep sections and
+    the README's sentence on the demo."""
+    out = []
+    for sec in (REPO / "docs" / "results.md").read_text().split("\n## ")[1:]:
+        sweeps = sorted(set(re.findall(r"<!-- rlvr:([A-Za-z0-9_]+) -->", sec)))
+        for word in re.findall(r"(?<!at least )\b(one|two|three|four|five|six) training seeds?\b",
+                               INLINE.sub("", GENERATED.sub("", sec))):
+            out += [(sec.splitlines()[0], s, WORDS[word]) for s in sweeps]
+    readme = prose("README.md")
+    out += [("README", "demo", WORDS[w]) for w in re.findall(r"The demo trains (\w+) seeds?", readme)]
+    return out
+
+
+@pytest.mark.parametrize("title,sweep,seeds", _section_seed_claims())
+def test_seed_counts_in_prose_are_the_sweep_files(title, sweep, seeds):
+    from components.sweep import load_sweep
+
+    assert len(load_sweep(REPO / "dags" / "sweeps" / f"{sweep}.yaml").seeds) == seeds, (title, sweep)
+
+
+def test_seed_claims_are_found():
+    assert {s for _, s, _ in _section_seed_claims()} >= {"demo", "fidelity", "allocators_smoke", "agentic"}

@@ -1,6 +1,7 @@
 """TRACE's per-update decision overhead (``starts`` + ``observe``: anchor scoring, the draw,
-the predictor's online logistic steps, anchor bookkeeping) at an agentic sweep's shapes, and,
-given the sweep's store, its ratio to the measured wall time of a TRACE training update.
+the predictor's online logistic steps, anchor bookkeeping) at an agentic sweep's shapes, as a
+ratio to fresh groups' (``grpo``, the baseline) on the same synthetic episodes in the same run,
+and, given the sweep's store, to the measured wall time of a TRACE training update.
 
 The episodes are synthetic (random action words, lengths 1..horizon, a success share like the
 embedded Sokoban policy's), so only TRACE's own work is timed; the anchor pool grows as in a
@@ -40,8 +41,9 @@ def play(starts, rng: np.random.Generator, horizon: int, success: float) -> list
     return runs
 
 
-def decision_ms(updates: int, batch_seeds: int, n: int, horizon: int, success: float, seed: int) -> list[float]:
-    m = build_episodic("trace", {"n": n, "horizon": horizon})
+def decision_ms(method: str, config: dict, updates: int, batch_seeds: int, horizon: int, success: float,
+                seed: int) -> list[float]:
+    m = build_episodic(method, config)
     rng = np.random.default_rng(seed)
     m.setup(list(range(64)), {})
     out = []
@@ -84,12 +86,16 @@ def main() -> None:
     ap.add_argument("--home", default=None)
     ap.add_argument("--sweep", default="agentic_long")
     a = ap.parse_args()
-    per = [decision_ms(a.updates, a.batch_seeds, a.n, a.horizon, a.success, seed) for seed in range(a.repeats)]
+    per = [decision_ms("trace", {"n": a.n, "horizon": a.horizon}, a.updates, a.batch_seeds, a.horizon, a.success, seed)
+           for seed in range(a.repeats)]
+    base = [v for seed in range(a.repeats)
+            for v in decision_ms("grpo", {"n": a.n}, a.updates, a.batch_seeds, a.horizon, a.success, seed)]
     flat = [v for run in per for v in run]
     last = [run[-1] for run in per]
     print(f"TRACE decision time per update ({a.batch_seeds} groups x {a.n} episodes, horizon {a.horizon}, "
           f"{a.updates} updates, {a.repeats} repeats): mean {statistics.mean(flat):.2f} ms, "
-          f"max {max(flat):.2f} ms, last update {statistics.mean(last):.2f} ms")
+          f"max {max(flat):.2f} ms, last update {statistics.mean(last):.2f} ms; fresh groups (grpo, the baseline, "
+          f"same episodes): mean {statistics.mean(base):.2f} ms; trace / grpo = {statistics.mean(flat) / statistics.mean(base):.1f}x")
     if a.home:
         steps = measured_step_s(a.home, a.sweep)
         mean_s = statistics.mean(steps)

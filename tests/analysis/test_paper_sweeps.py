@@ -132,3 +132,20 @@ def test_vigor_rendered_verl_config_has_the_papers_values(vigor_verl):
 @pytest.mark.xfail(strict=True, reason="not yet expressible: needs components.stages.train:Params.ppo_mini_batch_size")
 def test_vigor_rendered_verl_config_has_the_papers_mini_batch(vigor_verl):
     assert vigor_verl.actor_rollout_ref.actor.ppo_mini_batch_size == 32          # 160 / 32 x 4 = 20 updates per step
+
+
+@pytest.mark.parametrize("name,method,want", [
+    ("vip_table", "vip", {"algorithm.adv_estimator": "rloo", "actor_rollout_ref.actor.use_kl_loss": False,
+                          "data.max_prompt_length": 1024, "data.max_response_length": 3072}),
+    ("vip_table", "grpo", {"algorithm.adv_estimator": "rloo", "actor_rollout_ref.rollout.n": 8}),
+    ("vsr_table1", "vsr", {"data.train_batch_size": 128, "actor_rollout_ref.rollout.n": 8,
+                           "trainer.n_gpus_per_node": 4, "algorithm.adv_estimator": "grpo"}),
+    ("vsr_table1", "reinforce_ada_est", {"data.train_batch_size": 128, "algorithm.norm_adv_by_std_in_grpo": False}),
+])
+def test_paper_estimators_and_budgets_reach_the_rendered_verl_config(name, method, want):
+    pytest.importorskip("verl", reason="verl (the GPU backend) is not installed in this environment")
+    from omegaconf import OmegaConf
+
+    c = _rendered(name, method)
+    got = {k: OmegaConf.select(c, k) for k in want}
+    assert got == want

@@ -1,4 +1,4 @@
-"""The papers' qualitative claims as data, and a verdict for each on one sweep's results.
+"""A verdict for each of the papers' claims (``analysis.paper_claims``) on one sweep's records.
 
 A claim compares a ``method`` with an ``other`` method on one measure, in a stated direction.
 Evaluated on a sweep it is:
@@ -7,7 +7,9 @@ Evaluated on a sweep it is:
 - **contradicted**: it lies entirely on the other side;
 - **inconclusive**: the interval contains zero, or the evidence is incomplete (said in ``note``):
   fewer than ``MIN_SEEDS`` training seeds, or a target reached by some seeds only;
-- **not tested**: a method of the claim is not in the sweep (or the measure was not logged).
+- **not tested**: a method of the claim is not in the sweep, the sweep is of the other setting
+  (math / agentic) than the paper's claim, the runs do not share the estimator the claim needs,
+  or the measure was not logged.
 
 Measures and their intervals (``analysis.stats``):
 
@@ -19,72 +21,28 @@ Measures and their intervals (``analysis.stats``):
   smoothed validation accuracy reaches the target (``analysis.rollouts``; the target is the
   accuracy every seed of the tables' ``rollouts_baseline`` reaches); bootstrap over seeds.
   A method that never reaches it contradicts "fewer"; reached in some seeds only is inconclusive.
-- ``variance_objective``: VIP's logged objective sum_i p_i(1-p_i) f(n_i) with its allocation
-  minus the same with the uniform allocation, relative to uniform, per update; bootstrap
-  over seeds, then steps. It is computed on the GP's *predicted* p, the quantity the
-  allocation minimises, so it checks the implementation, not the realised gradient variance.
+- ``val_early`` / ``val_gain``: a claim about the shape of training (VSR's "w/o recency
+  outperforms full VSR initially but plateaus thereafter"). Each seed's validation curve
+  (after step 0) is cut into thirds; ``val_early`` is the mean of the first third,
+  ``val_gain`` the mean of the last third minus that of the first. Effect: method - other per
+  training seed, bootstrap over seeds.
+- ``relative_gain_by_size``: (method - other) / other in mean@k per model, the smallest model's
+  minus the largest's (model sizes read from the names, "1.5b"); bootstrap over problems
+  within each model.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.stats import Estimate, accuracy_matrix, bootstrap_mean, paired_difference, seed_bootstrap
+from analysis.paper_claims import CLAIMS, Claim
+from analysis.stats import Estimate, accuracy_matrix, paired_difference, seed_bootstrap
 
-Kind = Literal["accuracy", "tokens_per_update", "rollouts_to_target", "variance_objective"]
-
-
-@dataclass(frozen=True)
-class Claim:
-    paper: str
-    id: str
-    text: str
-    kind: Kind
-    method: str
-    other: str                      # the method it is compared with ("uniform" for VIP's objective)
-    direction: Literal["higher", "lower"]   # method vs other
-    source: str
-
-
-CLAIMS: tuple[Claim, ...] = (
-    # not a paper's claim: the premise of every other one (RL training improves the policy)
-    Claim("sanity", "grpo>base", "GRPO raises accuracy over the base policy", "accuracy", "grpo", "base",
-          "higher", "sanity check (dags/sweeps/sanity.yaml)"),
-    # VSR Table 1 (hard subset, mean@16) and its token accounting (Section 5)
-    Claim("VSR", "vsr>grpo", "VSR beats GRPO on the hard subset", "accuracy", "vsr", "grpo", "higher",
-          "VSR Table 1"),
-    Claim("VSR", "vsr>static_prefix", "VSR beats static uniform expert-prefix resets", "accuracy", "vsr",
-          "static_prefix", "higher", "VSR Table 1 / App. D.5"),
-    Claim("VSR", "vsr>sft", "VSR beats SFT on the expert traces", "accuracy", "vsr", "sft", "higher",
-          "VSR Table 1"),
-    Claim("VSR", "no_scoring<vsr", "VSR without variance scoring is worse than VSR", "accuracy",
-          "vsr_no_scoring", "vsr", "lower", "VSR Table 1 (ablation)"),
-    Claim("VSR", "no_recency<vsr", "VSR without the recency rule is worse than VSR", "accuracy",
-          "vsr_no_recency", "vsr", "lower", "VSR Table 1 (ablation)"),
-    Claim("VSR", "vsr_tokens<grpo", "VSR generates fewer new tokens per update than GRPO",
-          "tokens_per_update", "vsr", "grpo", "lower", "VSR Section 5 token accounting"),
-    # VIGOR: rollouts to GRPO's accuracy (its figure, 2.3x) and Table 1 (every model)
-    Claim("VIGOR", "vigor_rollouts<grpo", "VIGOR reaches GRPO's accuracy with fewer rollouts",
-          "rollouts_to_target", "vigor", "grpo", "lower", "VIGOR efficiency figure"),
-    Claim("VIGOR", "vigor>grpo", "VIGOR beats GRPO in accuracy", "accuracy", "vigor", "grpo", "higher",
-          "VIGOR Table 1 (avg, all four models)"),
-    # GRESO: skipping predicted zero-variance prompts saves rollouts against dynamic sampling
-    Claim("GRESO", "greso_tokens<dapo", "GRESO generates fewer tokens per update than DAPO's dynamic sampling",
-          "tokens_per_update", "greso", "dapo", "lower", "GRESO abstract (rollout speed-up)"),
-    # DAPO: dynamic sampling regenerates until groups have signal
-    Claim("DAPO", "dapo_tokens>grpo", "DAPO's dynamic sampling pays more generation per update than GRPO",
-          "tokens_per_update", "dapo", "grpo", "higher", "DAPO dynamic sampling (arXiv 2503.14476)"),
-    # VIP: its allocation lowers the gradient-variance objective vs the uniform allocation
-    Claim("VIP", "vip_objective<uniform", "VIP's allocation lowers the variance objective vs uniform",
-          "variance_objective", "vip", "uniform", "lower", "VIP Section 3 (allocation problem)"),
-    Claim("VIP", "vip>grpo", "VIP beats uniform allocation in accuracy", "accuracy", "vip", "grpo", "higher",
-          "VIP summary: RLOO+VIP over RLOO, Mean@32 +6.3"),
-    Claim("RL-ZVP", "rl_zvp>grpo", "RL-ZVP beats GRPO in accuracy", "accuracy", "rl_zvp", "grpo", "higher",
-          "RL-ZVP paper (main results)"),
-)
+# the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
+__all__ = ["CLAIMS", "Claim", "Verdict", "claims_markdown", "evaluate_claim", "evaluate_claims"]
 
 
 @dataclass
@@ -102,7 +60,7 @@ class Verdict:
         c = self.claim
         return {"paper": c.paper, "claim": c.text, "id": c.id, "measure": c.kind, "verdict": self.verdict,
                 "effect": self.effect, "lo95": self.lo, "hi95": self.hi, "units": self.units,
-                "seeds": self.seeds, "source": c.source, "note": self.note}
+                "seeds": self.seeds, "source": c.source, "paper_numbers": c.paper_numbers, "note": self.note}
 
 
 # A claim is about methods, not about one training run: with fewer training seeds than this the
@@ -144,27 +102,59 @@ def _matrix(by_seed: dict[Any, list[float]], seeds: Sequence) -> np.ndarray:
 
 def evaluate_claim(c: Claim, results: list[dict], runs: list, rollouts_target: float | None = None,
                    window: int = 3, eval_set: str | None = None, fraction: float = 1.0) -> Verdict:
-    v = _evaluate(c, results, runs, rollouts_target, window, eval_set, fraction)
-    return v if c.kind == "variance_objective" else _capped(v)
+    return _capped(_evaluate(c, results, runs, rollouts_target, window, eval_set, fraction))
+
+
+def sweep_task(results: list[dict], runs: list) -> str:
+    """``agentic`` when the sweep's records are episodes (their ``task``), else ``math``."""
+    tasks = {r.get("task") for r in results} | {s.get("task") for s, _ in runs}
+    return "agentic" if "agentic" in tasks else "math"
+
+
+def _estimators(runs: list, method: str) -> set:
+    return {s.get("adv_estimator") for s, _ in runs if s["method"] == method}
+
+
+def _untestable(c: Claim, results: list[dict], runs: list) -> str | None:
+    have = {r["method"] for r in results} | {s["method"] for s, _ in runs}
+    missing = [m for m in (c.method, c.other) if m not in have]
+    if missing:
+        return f"not in the sweep: {', '.join(missing)}" + (f" (needs {c.needs})" if c.needs else "")
+    task = sweep_task(results, runs)
+    if c.task is not None and c.task != task:
+        return f"the paper makes this claim in the {c.task} setting; this sweep is {task}"
+    if c.same_estimator:
+        a, b = _estimators(runs, c.method), _estimators(runs, c.other)
+        if not runs or None in a | b:
+            return "the runs do not record their advantage estimator (summary.json adv_estimator)"
+        if a != b:
+            return f"different estimators: {c.method} {sorted(a)}, {c.other} {sorted(b)} (the paper compares like with like)"
+    return None
+
+
+def _common_set(c: Claim, results: list[dict], eval_set: str | None) -> str | None:
+    """The held-out split when both methods were evaluated on it, else the first common benchmark."""
+    from analysis.tables import eval_set as set_of
+    common = sorted({set_of(r) for r in results if r["method"] == c.method}
+                    & {set_of(r) for r in results if r["method"] == c.other}, key=lambda x: (x != "heldout", x))
+    return eval_set or (common[0] if common else None)
 
 
 def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float | None,
               window: int, eval_set: str | None, fraction: float) -> Verdict:
     from analysis.tables import eval_set as set_of
 
-    have = {r["method"] for r in results} | {s["method"] for s, _ in runs}
-    missing = [m for m in (c.method, c.other) if m != "uniform" and m not in have]
-    if missing:
-        return Verdict(c, "not tested", note=f"not in the sweep: {', '.join(missing)}")
-    if c.kind == "accuracy":
-        # the held-out split when both methods were evaluated on it, else the first common benchmark
-        common = sorted({set_of(r) for r in results if r["method"] == c.method}
-                        & {set_of(r) for r in results if r["method"] == c.other}, key=lambda x: (x != "heldout", x))
-        where = eval_set or (common[0] if common else None)
+    why = _untestable(c, results, runs)
+    if why:
+        return Verdict(c, "not tested", note=why)
+    if c.kind in ("accuracy", "relative_gain_by_size"):
+        where = _common_set(c, results, eval_set)
         A = [r for r in results if r["method"] == c.method and set_of(r) == where]
         R = [r for r in results if r["method"] == c.other and set_of(r) == where]
         if not A or not R:
             return Verdict(c, "not tested", note=f"no evaluation of both methods on {where or 'a common set'}")
+        if c.kind == "relative_gain_by_size":
+            return _relative_gain_by_size(c, A, R, where)
         MA, _, uids = accuracy_matrix(A)
         MR, _, _ = accuracy_matrix(R, uids)
         e = paired_difference(MA, MR)
@@ -181,6 +171,8 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         ref = float(MB[:, :n].mean())
         return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, len(seeds), "tokens/update difference",
                        f"{e.mean / ref:+.1%} of {c.other}'s {ref:.0f} tokens/update over {n} updates")
+    if c.kind in ("val_early", "val_gain"):
+        return _val_shape(c, runs)
     if c.kind == "rollouts_to_target":
         from analysis.rollouts import per_seed_rollouts, target_of
         try:
@@ -201,17 +193,75 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
             return Verdict(c, "inconclusive", seeds=len(seeds), units="rollouts difference", note=note)
         e = seed_bootstrap([a[s] - b[s] for s in seeds])
         return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, len(seeds), "rollouts difference", note)
-    if c.kind == "variance_objective":
-        obj, uni = _per_step(runs, c.method, "method/var_objective"), _per_step(runs, c.method,
-                                                                                "method/var_objective_uniform")
-        seeds = sorted(set(obj) & set(uni), key=str)
-        if not seeds:
-            return Verdict(c, "not tested", note=f"{c.method} runs log no method/var_objective")
-        rel = {s: [(x - u) / u if u > 0 else 0.0 for x, u in zip(obj[s], uni[s])] for s in seeds}
-        e = bootstrap_mean(_matrix(rel, seeds))
-        return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, len(seeds), "relative objective change",
-                       "on the GP-predicted pass rates (what the allocation minimises)")
     raise ValueError(f"claim {c.id}: unknown kind {c.kind!r}")
+
+
+def val_windows(hist: list[dict]) -> tuple[float, float, int]:
+    """(mean validation accuracy of the first third, of the last third, points) of one run's
+    curve after step 0 (step 0 is the untrained policy, the same for every method)."""
+    pts = [float(h["val/accuracy"]) for h in sorted(hist, key=lambda h: h["step"])
+           if "val/accuracy" in h and h["step"] > 0]
+    if len(pts) < 3:
+        return math.nan, math.nan, len(pts)
+    k = len(pts) // 3
+    return float(np.mean(pts[:k])), float(np.mean(pts[-k:])), len(pts)
+
+
+def _val_shape(c: Claim, runs: list) -> Verdict:
+    per: dict[str, dict[Any, float]] = {c.method: {}, c.other: {}}
+    for s, h in runs:
+        if s["method"] in per:
+            early, late, _ = val_windows(h)
+            if not math.isnan(early):
+                per[s["method"]][s.get("seed")] = early if c.kind == "val_early" else late - early
+    seeds = sorted(set(per[c.method]) & set(per[c.other]), key=str)
+    if not seeds:
+        return Verdict(c, "not tested", note="no training seed of both methods with >= 3 validations after step 0")
+    e = seed_bootstrap([per[c.method][s] - per[c.other][s] for s in seeds])
+    what = "first-third accuracy" if c.kind == "val_early" else "last-third minus first-third accuracy"
+    return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, len(seeds), f"{what} difference",
+                   "validation curve after step 0 in thirds")
+
+
+def model_size(name: str) -> float:
+    """Billions of parameters from a model name ('qwen2.5-math-1.5b' -> 1.5); raises if absent."""
+    import re
+    m = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)b(?![a-z])", name.lower())
+    if not m:
+        raise ValueError(f"no model size (e.g. '1.5b') in the model name {name!r}")
+    return float(m[-1])
+
+
+def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -> Verdict:
+    from analysis.paper import result_model
+    by: dict[str, tuple[list, list]] = {}
+    for r in A:
+        by.setdefault(result_model(r), ([], []))[0].append(r)
+    for r in R:
+        by.setdefault(result_model(r), ([], []))[1].append(r)
+    both = {m: ar for m, ar in by.items() if ar[0] and ar[1]}
+    if len(both) < 2:
+        return Verdict(c, "not tested", note=f"needs both methods on >= 2 model sizes (have {sorted(both) or 'none'})")
+    try:
+        sizes = {m: model_size(m) for m in both}
+    except ValueError as err:
+        return Verdict(c, "not tested", note=str(err))
+    small, large = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
+    rng = np.random.default_rng(20261130)
+
+    def rel(model: str, boot: int) -> np.ndarray:
+        MA, _, uids = accuracy_matrix(both[model][0])
+        MR, _, _ = accuracy_matrix(both[model][1], uids)
+        a, r = MA.mean(axis=0), MR.mean(axis=0)          # per problem, over training seeds
+        idx = rng.integers(0, a.size, size=(boot, a.size))
+        return np.concatenate([[a.mean() / r.mean() - 1], a[idx].mean(1) / np.maximum(r[idx].mean(1), 1e-12) - 1])
+
+    d = rel(small, 2000) - rel(large, 2000)
+    lo, hi = np.percentile(d[1:], [2.5, 97.5])
+    e = Estimate(float(d[0]), float(lo), float(hi), 0, 0)
+    seeds = min(len(both[m][i]) for m in (small, large) for i in (0, 1))
+    return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, seeds, "relative-gain difference (smaller - larger model)",
+                   f"{where}: {small} vs {large}")
 
 
 def evaluate_claims(results: list[dict], runs: list, claims: Sequence[Claim] = CLAIMS,
@@ -223,14 +273,15 @@ def claims_markdown(verdicts: list[Verdict], title: str = "Paper claims on this 
     lines = [f"## {title}", "",
              "Verdict from the 95 % interval of the effect (method - other): supported / contradicted when "
              "it excludes zero on the claimed / opposite side, else inconclusive; \"not tested\" when a "
-             "method is not in the sweep. Intervals: hierarchical bootstrap over training seeds, then "
-             "problems (accuracy) or update steps (tokens); over seeds (rollouts).", "",
-             "| paper | claim | verdict | effect [95% CI] | measure | seeds | note |",
-             "|---|---|---|---|---|---|---|"]
+             "method is not in the sweep or the claim is about the other setting. Intervals: hierarchical "
+             "bootstrap over training seeds, then problems (accuracy) or update steps (tokens); over seeds "
+             "(rollouts, validation windows). Source: where the paper says it (the seeds' text).", "",
+             "| paper | claim | verdict | effect [95% CI] | measure | seeds | paper's numbers | source | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for v in verdicts:
         eff = "" if math.isnan(v.effect) else f"{v.effect:+.4g} [{v.lo:+.4g}, {v.hi:+.4g}]"
         lines.append(f"| {v.claim.paper} | {v.claim.text} | **{v.verdict}** | {eff} | {v.units or v.claim.kind} "
-                     f"| {v.seeds or ''} | {v.note} |")
+                     f"| {v.seeds or ''} | {v.claim.paper_numbers or 'not in the text'} | {v.claim.source} | {v.note} |")
     counts = {k: sum(v.verdict == k for v in verdicts)
               for k in ("supported", "contradicted", "inconclusive", "not tested")}
     lines += ["", ", ".join(f"{k}: {n}" for k, n in counts.items()), ""]

@@ -15,7 +15,7 @@ unmatched-budget variant, is ``greso_g``), ``benchmark`` the name in
 What the papers' texts we had do NOT give (left out, not guessed):
 
 - VSR Table 1's Qwen2.5-7B-Instruct rows, and its base / SFT rows: the text has only the
-  Llama-3.2-3B-Instruct numbers quoted in Section 5 / Appendix D.5 (GRPO, static uniform
+  Llama-3.2-3B-Instruct numbers quoted in its math results / Appendix D.5 (GRPO, static uniform
   expert-prefix resets, VSR, Reinforce-Ada-Est; one training run each).
 - VIP: we had an AI summary of the paper with no results table; it gives only improvements
   (RLOO+VIP over RLOO on Qwen2.5-Math-1.5B at budget 8xQ: Pass@32 +12.3, Mean@32 +6.3) and
@@ -53,10 +53,10 @@ VSR_TABLE1: list[dict[str, Any]] = [
      "benchmark": b, "metric": "mean@16", "value": v, "note": "single training run"}
     for m, vals, where in _VSR_TABLE1 for b, v in zip(VSR_BENCHMARKS + ["avg"], vals)]
 
-# Generated tokens at matched update counts: agentic (GiGPO, Sokoban/BabyAI) runs, Section 5
-# 'token accounting' paragraph and Appendix D.5 of the VSR paper. Not the math setting.
+# Generated tokens at matched update counts: agentic (GiGPO, Sokoban/BabyAI) runs, the results'
+# token-accounting paragraph and Appendix D.5 of the VSR paper. Not the math setting.
 VSR_TOKENS: list[dict[str, Any]] = [
-    {"paper": "VSR", "source": "VSR paper: Section 5 / Appendix D.5 token accounting",
+    {"paper": "VSR", "source": "VSR paper: token-accounting paragraph (agentic results) / Appendix D.5",
      "model": model, "method": method, "benchmark": "agentic", "metric": "generated_tokens",
      "value": tokens, "updates": updates}
     for model, updates, pairs in (
@@ -149,6 +149,14 @@ def model_key(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-.")
 
 
+def result_model(r: dict[str, Any]) -> str:
+    """The model slug of an evaluate result: its label without ``@<benchmark>`` and the
+    ``-<method>-s<seed>`` / ``-base`` suffix."""
+    label = str(r.get("label", "")).split("@")[0]
+    method = r.get("method", "base")
+    return re.sub(rf"-(?:{re.escape(method)}-s\d+|base)$", "", label)
+
+
 def measured_from_results(results: Sequence[dict[str, Any]], models: dict[str, str] | None = None,
                           scale: float = 100.0, metric: str = "mean_at_k") -> pd.DataFrame:
     """evaluate ``results.json`` dicts -> long DataFrame ``model, method, benchmark, measured``
@@ -161,9 +169,8 @@ def measured_from_results(results: Sequence[dict[str, Any]], models: dict[str, s
         bench = r.get("benchmark")
         if not bench:
             continue
-        label = str(r.get("label", "")).split("@")[0]
         method = r.get("method", "base")
-        stem = re.sub(rf"-(?:{re.escape(method)}-s\d+|base)$", "", label)
+        stem = result_model(r)
         model = (models or {}).get(stem, stem)
         rows.append({"model": model, "method": method, "benchmark": bench, "measured": scale * float(r[metric])})
     if not rows:

@@ -224,7 +224,7 @@ class FitLoop:
                "generated_tokens": tot["generated_tokens"], "kept_generated_tokens": tot["kept_generated_tokens"],
                "discarded_tokens": tot["discarded_tokens"], "prompt_tokens": tot["prompt_tokens"],
                "rollouts": tot["sequences"], "final_val_accuracy": last_val[-1] if last_val else None,
-               "max_new_tokens": self.cfg.max_new_tokens,
+               "max_new_tokens": self.cfg.max_new_tokens, "adv_estimator": self.cfg.adv_estimator,
                "clip_ratio": float(np.mean(clip)) if clip else None}
         if self.backend_name != "embedded":
             out["backend"] = self.backend_name

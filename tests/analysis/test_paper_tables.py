@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -173,3 +174,52 @@ def test_agentic_side_by_side_arithmetic():
     assert get("success % (mean of runs)", "vsr_gigpo", "measured_value") == [pytest.approx(40.0)]
     assert get("success % (mean of runs)", "uniform_gigpo", "paper_value") == [pytest.approx(44.0333, abs=1e-3)]
     assert get("success % (mean of runs)", "gigpo", "measured_value") == [pytest.approx(10.0)]
+
+
+_SEED_OF = {"VSR": VSR_TEXT, "VIGOR": VIGOR_TEXT, "VIP": VIP_TEXT}
+_REF = re.compile(r"\b(Table|Figure|Appendix|Section)s? ([A-Z](?:\.\d+)*|\d+(?:\.\d+)*)")
+
+
+def _cited(text: str, kind: str, label: str) -> bool:
+    if re.search(rf"\b{kind} {re.escape(label)}\b", text):
+        return True
+    # a section or appendix is also cited by its heading line ("5.3 Analysis", "Appendix D.5 ...", "D.5 ...")
+    return bool(re.search(rf"^(?:{kind} )?{re.escape(label)} [A-Z]", text, re.M))
+
+
+def test_claim_citations_exist_in_the_seed_texts():
+    """Every Table / Figure / Appendix / Section a claim cites, and every phrase it quotes, is in
+    the text of the paper it attributes the claim to (a claim citing a seed paper by name)."""
+    from analysis.paper_claims import CLAIMS
+    from analysis.paper_knobs import KNOBS
+
+    checked = 0
+    # a knob row cites its paper by name at the start of ``where``, like a claim's source
+    cited = list(CLAIMS) + [SimpleNamespace(id=f"{k.sweep}:{k.field}", paper=k.where.split()[0], source=k.where)
+                            for k in KNOBS]
+    for c in cited:
+        for paper, name in _SEED_OF.items():
+            # a claim may cite another seed paper for a baseline ("VIGOR Sections 1-2" under GRESO)
+            part = c.source if c.paper == paper else c.source.split(paper, 1)[1] if c.source.startswith(paper) else None
+            if part is None:
+                continue
+            text = seed_text(name).replace("\u00a0", " ")    # the texts write "Table\u00a01"
+            for kind, label in _REF.findall(part):
+                assert _cited(text, kind, label), f"claim {c.id}: {kind} {label} is not in {name}"
+                checked += 1
+            for quote in re.findall(r"'([^']+)'", part):
+                assert quote.lower() in text.lower().replace("\n", " "), f"claim {c.id}: '{quote}' is not in {name}"
+                checked += 1
+    assert checked >= 80
+
+
+def test_claims_paper_numbers_are_the_transcribed_ones():
+    from analysis.paper_claims import CLAIMS
+
+    by = {c.id: c.paper_numbers for c in CLAIMS}
+    text = seed_text(VSR_TEXT)
+    for n in ("19.1", "15.4", "17.1", "15.0", "48.2", "44.0", "39.27M", "81.30M"):
+        assert n in " ".join(by.values()) and n.rstrip("M") in text, n
+    vigor = seed_text(VIGOR_TEXT)
+    for avg in re.findall(r"avg (\d+\.\d) vs (\d+\.\d)", by["vigor>greso"]):
+        assert all(f"\t{v}\n" in vigor for v in avg)

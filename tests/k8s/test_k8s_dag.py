@@ -203,7 +203,7 @@ def test_rendered_pods_follow_the_template_and_contract(report):
     for name in PAPER:
         cfg, d = _sweep(name), report["dags"][f"rlvr_{name}"]
         for stage in GPU:
-            res = DEFAULT_RESOURCES[stage]
+            res = cfg.kubernetes.resources[stage].model_dump()   # the sweep's own (DEFAULT_RESOURCES merged under it)
             for r in d["pods"][stage]:
                 kw, pod = d["args"][stage][r["index"]], r["pod"]
                 kubernetes_validate.validate(pod, schema, strict=True)  # raises on any schema violation

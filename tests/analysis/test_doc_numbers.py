@@ -21,7 +21,8 @@ PAGES = ["README.md"] + sorted(p.relative_to(REPO).as_posix() for p in (REPO / "
 WRITTEN_ELSEWHERE = {"docs/orchestration.md": "the stage-graph branch", "docs/grading.md": "the grading branch",
                      "docs/engine.md": "the engine branch"}
 
-GENERATED = re.compile(r"<!-- rlvr:(?P<n>[A-Za-z0-9_.-]+) -->\n.*?<!-- /rlvr:(?P=n)[^>]*-->", re.S)
+# blocks a script writes: scripts/readme_tables.py's (rlvr:NAME) and a page generator's (generated:NAME)
+GENERATED = re.compile(r"<!-- (?P<k>rlvr|generated):(?P<n>[A-Za-z0-9_.-]+) -->\n.*?<!-- /(?P=k):(?P=n)[^>]*-->", re.S)
 FENCED = re.compile(r"```.*?```", re.S)
 INLINE = re.compile(r"`[^`\n]*`")
 MEASUREMENT = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|GB|GiB|MB|KB|%|x"

@@ -33,6 +33,18 @@ def _parse(text: str, inner: int) -> list:
         return []
 
 
+def _parse_side(text: str, inner: int) -> list:
+    """One side (gold or answer) as math-verify reads a boxed final answer: ``\\boxed{text}``;
+    if that gives no expression and the text is short, ``$text$`` (``28\\%`` parses only this
+    way, to 28, the number math-verify reads from a percentage). Short texts only, since the
+    plain-expression extractor would otherwise pick a number out of a long unparsable formula."""
+    parsed = _parse("\\boxed{" + text + "}", inner)
+    if not any(_is_expr(p) for p in parsed) and len(text) <= 200:
+        alt = _parse("$" + text + "$", inner)
+        parsed = alt if any(_is_expr(p) for p in alt) else parsed
+    return parsed
+
+
 def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
     """Grade one extracted answer against one gold (inside a worker's main thread)."""
     from math_verify import verify
@@ -43,17 +55,14 @@ def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
             _GOLDS.move_to_end(gold)
         else:
             g = gold.strip()
-            boxed = "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$")
-            _GOLDS[gold] = _parse(g if boxed else "\\boxed{" + g + "}", inner)
+            if "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$"):
+                _GOLDS[gold] = _parse(g, inner)  # a gold that carries its own delimiters
+            else:
+                _GOLDS[gold] = _parse_side(g, inner)
             if len(_GOLDS) > 4096:
                 _GOLDS.popitem(last=False)
         g_parsed = _GOLDS[gold]
-        p_parsed = _parse("\\boxed{" + answer + "}", inner)
-        if not any(_is_expr(p) for p in p_parsed) and len(answer) <= 200:
-            # e.g. "3\\%" parses only this way; short answers only, since the plain-expression
-            # extractor would otherwise pick a number out of a long unparsable formula
-            alt = _parse("$" + answer + "$", inner)
-            p_parsed = alt if any(_is_expr(p) for p in alt) else p_parsed
+        p_parsed = _parse_side(answer, inner)
     except TimeoutException:
         return 0.0, "timeout"
     if not g_parsed or not p_parsed:

@@ -19,7 +19,8 @@ Per (response, gold) pair:
    main thread, hence processes. A worker wraps gold and answer as ``\\boxed{...}`` (one of
    <= 200 chars that gives no expression is retried as ``$...$``: ``28\\%`` is 28, as math-verify
    reads a percentage, and so are ``28`` and ``28\\%`` against either), parses them with
-   ``[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]`` and tries
+   ``[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]`` (the gold without
+   the plain-expression extractor, which reads the ``1`` of ``\\{x|-2\\leq x < 1\\}``) and tries
    ``verify(gold, pred)`` pair by pair (gold first: it is not symmetric). math-verify's own
    ``parsing_timeout``/``timeout_seconds`` (int seconds, default ``max(1, timeout_s // 2)``) are
    the first line of defence.

@@ -7,12 +7,14 @@ torch; the parent enforces the hard wall-clock limit by killing a worker that ov
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections import OrderedDict
 from typing import Any
 
 _GOLDS: OrderedDict = OrderedDict()  # per-worker cache of parsed golds (n rollouts share one gold)
-_CFG: list = []
+_CFG: dict = {}
+_PERCENT = re.compile(r"\s*\\%\s*$")  # a trailing \% (a bare % starts a LaTeX comment)
 
 
 def _is_expr(x: Any) -> bool:
@@ -21,26 +23,33 @@ def _is_expr(x: Any) -> bool:
     return isinstance(x, (Basic, MatrixBase))
 
 
-def _parse(text: str, inner: int) -> list:
-    """math-verify ``parse``; parse errors give []; math-verify's TimeoutException propagates."""
+def _parse(text: str, inner: int, gold: bool = False) -> list:
+    """math-verify ``parse``; parse errors give []; math-verify's TimeoutException propagates.
+
+    Answers: LaTeX, then math-verify's plain-expression extractor (it reads the leading number
+    of ``4'; DROP TABLE runs; --``). Golds: LaTeX only, since that extractor reads the ``1`` of
+    the gold ``\\{x|-2\\leq x < 1\\}``, which would make every answer holding a 1 correct."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     if not _CFG:
-        _CFG[:] = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+        _CFG[True] = [LatexExtractionConfig(boxed_match_priority=0)]
+        _CFG[False] = _CFG[True] + [ExprExtractionConfig()]
     try:
-        return parse(text, extraction_config=_CFG, parsing_timeout=inner, raise_on_error=True)
+        return parse(text, extraction_config=_CFG[gold], parsing_timeout=inner, raise_on_error=True)
     except Exception:  # TimeoutException is a BaseException: not caught here
         return []
 
 
-def _parse_side(text: str, inner: int) -> list:
-    """One side (gold or answer) as math-verify reads a boxed final answer: ``\\boxed{text}``;
-    if that gives no expression and the text is short, ``$text$`` (``28\\%`` parses only this
-    way, to 28, the number math-verify reads from a percentage). Short texts only, since the
-    plain-expression extractor would otherwise pick a number out of a long unparsable formula."""
-    parsed = _parse("\\boxed{" + text + "}", inner)
+def _parse_side(text: str, inner: int, gold: bool = False) -> list:
+    """One side (gold or answer) as math-verify reads a boxed final answer: ``\\boxed{text}``,
+    a trailing ``\\%`` dropped (math-verify reads ``\\boxed{28}\\%`` and the bare gold ``28\\%``
+    as 28, but gets no expression from ``\\boxed{28\\%}``); if that gives no expression and the
+    text is short, ``$text$``. Short texts only: outside a box the LaTeX extractor may take one
+    span of a long formula that does not parse whole."""
+    bare = _PERCENT.sub("", text)
+    parsed = _parse("\\boxed{" + bare + "}", inner, gold)
     if not any(_is_expr(p) for p in parsed) and len(text) <= 200:
-        alt = _parse("$" + text + "$", inner)
+        alt = _parse("$" + text + "$", inner, gold)
         parsed = alt if any(_is_expr(p) for p in alt) else parsed
     return parsed
 
@@ -56,9 +65,9 @@ def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
         else:
             g = gold.strip()
             if "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$"):
-                _GOLDS[gold] = _parse(g, inner)  # a gold that carries its own delimiters
+                _GOLDS[gold] = _parse(g, inner, gold=True)  # a gold with its own delimiters
             else:
-                _GOLDS[gold] = _parse_side(g, inner)
+                _GOLDS[gold] = _parse_side(g, inner, gold=True)
             if len(_GOLDS) > 4096:
                 _GOLDS.popitem(last=False)
         g_parsed = _GOLDS[gold]

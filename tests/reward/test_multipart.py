@@ -1,11 +1,11 @@
-"""Several boxes and percentages, graded as math-verify grades them (components/reward/extract.py):
-a run of listed boxes is one answer with several parts; boxing several different answers to a
-one-answer gold is wrong (no reward for hedging); ``28\\%`` is 28."""
+"""Several boxes (components/reward/extract.py): a run of listed boxes is one answer with several
+parts, read the way math-verify reads them; the grades of such answers (hedges included) and of
+percentages below, one gold at a time."""
 from __future__ import annotations
 
 import pytest
 
-from components.reward import Grader, extract_answer, extract_boxed
+from components.reward import extract_answer, extract_boxed
 from components.reward.extract import MAX_PARTS, RUN_GAP
 
 
@@ -34,41 +34,35 @@ def test_extract_answer_bounds_the_run_and_stays_linear():
     assert extract_boxed(text) == "199999"
 
 
-@pytest.fixture(scope="module")
-def grader():
-    with Grader(workers=2, timeout_s=5.0) as g:
-        yield g
-
-
-@pytest.mark.parametrize("response,gold,reason", [
-    # several parts, each boxed
-    ("\\boxed{(2, 2)} \\quad\\text{and}\\quad \\boxed{(6, 2)}", "(2, 2), (6, 2)", "correct"),
-    ("\\boxed{(6, 2)} and \\boxed{(2, 2)}", "(2, 2), (6, 2)", "correct"),
-    ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1,2,3\\}", "correct"),
-    ("\\boxed{1},\\boxed{2},\\boxed{3}", "1, 2, 3", "correct"),
-    ("$x_1 = \\boxed{1}$, $x_2 = \\boxed{2}$", "x_1 = 1, x_2 = 2", "correct"),
-    ("\\boxed{1}, \\boxed{2}", "1, 2, 3", "wrong"),          # a part missing
-    ("\\boxed{1}, \\boxed{2}, \\boxed{3}", "1, 2", "wrong"),  # a part too many
-    # hedging: several different answers to a one-answer gold
-    ("\\boxed{1} or \\boxed{2}", "2", "wrong"),
-    ("\\boxed{2} or \\boxed{1}", "2", "wrong"),
-    ("It is \\boxed{4}, \\boxed{5}, \\boxed{6}", "5", "wrong"),
-    ("$\\boxed{\\frac{1}{2}}$ or $\\boxed{0.5}$", "\\frac{1}{2}", "correct"),  # one value twice
-    ("\\boxed{5} then \\boxed{4}", "4", "correct"),           # a correction, not a list
-    # percentages: math-verify reads 28\% as 28
-    ("\\boxed{28}", "28\\%", "correct"),
-    ("\\boxed{28\\%}", "28\\%", "correct"),
-    ("\\boxed{28\\%}", "28", "correct"),
-    ("\\boxed{28 \\text{ percent}}", "28\\%", "correct"),
-    ("\\boxed{0.28}", "28\\%", "wrong"),                      # math-verify: 0.28 is not 28
-    ("\\boxed{29}", "28\\%", "wrong"),
-    ("\\boxed{29\\%}", "28\\%", "wrong"),
+# gold -> {reason: responses graded so}
+GRADES = {
+    "(2, 2), (6, 2)": {"correct": ["\\boxed{(2, 2)} \\quad\\text{and}\\quad \\boxed{(6, 2)}",
+                                   "\\boxed{(6, 2)} and \\boxed{(2, 2)}"],
+                       "wrong": ["\\boxed{(2, 2)}", "\\boxed{(2, 2)}, \\boxed{(6, 2)}, \\boxed{(1, 1)}"]},
+    "\\{1,2,3\\}": {"correct": ["\\boxed{1},\\boxed{2},\\boxed{3}"]},
+    "1, 2, 3": {"correct": ["\\boxed{3}, \\boxed{1}, \\boxed{2}"], "wrong": ["\\boxed{1}, \\boxed{2}"]},
+    "1, 2": {"correct": ["\\boxed{1} or \\boxed{2}"], "wrong": ["\\boxed{1}, \\boxed{2}, \\boxed{3}"]},
+    "x_1 = 1, x_2 = 2": {"correct": ["$x_1 = \\boxed{1}$, $x_2 = \\boxed{2}$"]},
+    # hedging: several different answers to a one-answer gold are wrong in any order
+    "2": {"wrong": ["\\boxed{1} or \\boxed{2}", "\\boxed{2} or \\boxed{1}", "\\boxed{2}; \\boxed{3}"]},
+    "5": {"wrong": ["It is \\boxed{4}, \\boxed{5}, \\boxed{6}"],
+          "correct": ["\\boxed{5} and \\boxed{5}", "$\\boxed{5}$ or $\\boxed{\\frac{10}{2}}$"]},
+    "4": {"correct": ["\\boxed{5} then \\boxed{4}"]},  # a correction, not a list
+    # percentages: math-verify reads 28\\% as 28
+    "28\\%": {"correct": ["\\boxed{28}", "\\boxed{28\\%}", "\\boxed{28 \\text{ percent}}", "$\\boxed{28}\\%$"],
+               "wrong": ["\\boxed{0.28}", "\\boxed{29}", "\\boxed{29\\%}"]},
+    "28": {"correct": ["\\boxed{28\\%}"]},
     # units
-    ("\\boxed{5 \\text{ cm}}", "5", "correct"),
-    ("\\boxed{6 \\text{ cm}}", "5", "wrong"),
-])
-def test_multipart_and_percentage_grades(grader, response, gold, reason):
-    g = grader.grade(response, gold)
-    assert g.reason == reason, (response, gold, g)
-    assert g.score == (1.0 if reason == "correct" else 0.0)
-    assert g.extracted == extract_answer(response)
+    "6": {"correct": ["\\boxed{6 \\text{ cm}}", "$\\boxed{6}$ cm"], "wrong": ["\\boxed{5 \\text{ cm}}"]},
+    # a set-builder gold gives no expression: the exact text only, never a number read out of it
+    "\\{x|-2\\leq x < 1\\}": {"correct": ["\\boxed{\\{x|-2\\leq x < 1\\}}"],
+                                 "unparsable": ["\\boxed{1}", "\\boxed{\\{x|-3\\leq x < 1\\}}"]},
+}
+
+
+def test_multi_part_hedge_and_percentage_grades(grader):
+    cases = [(resp, gold, reason) for gold, by in GRADES.items() for reason, rs in by.items() for resp in rs]
+    out = grader.grade_batch([c[0] for c in cases], [c[1] for c in cases])
+    bad = [(c, g) for c, g in zip(cases, out)
+           if g.reason != c[2] or g.score != (c[2] == "correct") or g.extracted != extract_answer(c[0])]
+    assert not bad, bad

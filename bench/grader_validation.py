@@ -200,14 +200,18 @@ CHOICES = {
         "open-r1 turns off math-verify's malformed-operator repair for completions, so `\\frac12` gives "
         "no expression; the grader reads both sides with math-verify's defaults, as it reads the gold"),
     "string-only gold": (
-        "math-verify's plain-expression extractor reads the number 1 out of the gold "
-        "`\\{x|-2\\leq x < 1\\}`; the grader parses golds as LaTeX only, so a gold with no expression "
-        "is matched as exact text (and no answer holding a 1 is correct)"),
+        "the gold gives math-verify's LaTeX extractor no expression, so the grader matches its exact "
+        "text only (the reference reads the 1 out of `\\{x|-2\\leq x < 1\\}` with its plain-expression "
+        "extractor, or compares other strings); a grader that read numbers out of golds would reward "
+        "any answer holding them"),
+    "gold with its own $": (
+        "the gold carries `$` delimiters (or prose around them); the grader parses it as written, "
+        "the reference's `\\boxed{gold}` nests the `$` inside a box, which math-verify cannot read"),
     "boxes joined with a comma": (
         "math-verify joins listed boxes with `,`, so `\\boxed{48}, \\boxed{384}` reads as 48384; the "
         "grader joins them with `, ` and grades the set {48, 384}"),
 }
-_SHORTHAND = re.compile(r"\\[dt]?frac\d|\\sqrt\d")
+_SHORTHAND = re.compile(r"\\[dt]?frac\s*\d|\\[dt]?frac\{[^{}]*\}\s*\d|\\sqrt\s*\d")
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
 
 
@@ -219,6 +223,8 @@ def explain(case: Case, latex_only_parse) -> str | None:
         return "shorthand LaTeX"
     if case.kind == "multi_box" and _THOUSANDS.fullmatch(case.gold.replace(" ", "")):
         return "boxes joined with a comma"
+    if "$" in case.gold:
+        return "gold with its own $"
     if not latex_only_parse(case.gold):
         return "string-only gold"
     return None
@@ -310,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     s = summarize(results)
     n_golds = sum(len(p[::args.every]) for p in problems.values())
     body = report(s, n_golds, args.benchmarks)
-    cmd = "bench/grader_validation.py" + (f" --every {args.every}" if args.every != 1 else "")
+    parses = latex_only_parse()
+    strings = [f"{b} `{p.answer}`" for b, ps in problems.items() for p in ps[::args.every] if not parses(p.answer)]
+    body += (f"\n\nGolds that give math-verify's LaTeX extractor no expression, so that only their exact text "
+             f"matches ({len(strings)} of {n_golds}): " + ("; ".join(strings) or "none") + ".")
+    cmd = "bench/grader_validation.py" + (f" --every {args.every}" if args.every != 1 else "") + (
+        " --benchmarks " + " ".join(args.benchmarks) if args.benchmarks != list(BENCHMARKS) else "")
     body += f"\n\nPrinted by `.venv/bin/python {cmd}`.\n"
     print(body)
     print(f"grader {t_grader:.1f} s ({args.workers} workers), math-verify in-process {t_mv:.1f} s\n")

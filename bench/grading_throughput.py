@@ -98,13 +98,13 @@ class PebbleGrader:
     def grade_batch(self, responses, golds) -> list[tuple[float, str]]:
         from pebble import ProcessExpired
 
-        from components.reward.grader import _as_text, extract_boxed
+        from components.reward.grader import _as_text, extract_answer
         from components.reward.worker import _grade_pair
 
         out: list = [None] * len(responses)
         pending: dict[tuple[str, str], list[int]] = {}
         for i, (r, g) in enumerate(zip(responses, golds)):
-            ans = extract_boxed(_as_text(r))
+            ans = extract_answer(_as_text(r))
             if ans is None:
                 out[i] = (0.0, "no_answer")
             elif len(ans) > 10_000:

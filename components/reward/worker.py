@@ -23,33 +23,55 @@ def _is_expr(x: Any) -> bool:
     return isinstance(x, (Basic, MatrixBase))
 
 
-def _parse(text: str, inner: int, gold: bool = False) -> list:
-    """math-verify ``parse``; parse errors give []; math-verify's TimeoutException propagates.
+def _configs() -> dict:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-    Answers: LaTeX, then math-verify's plain-expression extractor (it reads the leading number
-    of ``4'; DROP TABLE runs; --``). Golds: LaTeX only, since that extractor reads the ``1`` of
-    the gold ``\\{x|-2\\leq x < 1\\}``, which would make every answer holding a 1 correct."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    box = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
+    return {"box": [box],                                     # a box, read whole
+            "box+expr": [box, ExprExtractionConfig()],        # ... or a plain expression in it
+            "span": [LatexExtractionConfig(boxed_match_priority=0)],  # any LaTeX span
+            "span+expr": [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]}
+
+
+def _parse(text: str, inner: int, cfg: str = "box+expr") -> list:
+    """math-verify ``parse`` with one of :func:`_configs`; parse errors give []; math-verify's
+    TimeoutException propagates."""
+    from math_verify import parse
 
     if not _CFG:
-        _CFG[True] = [LatexExtractionConfig(boxed_match_priority=0)]
-        _CFG[False] = _CFG[True] + [ExprExtractionConfig()]
+        _CFG.update(_configs())
     try:
-        return parse(text, extraction_config=_CFG[gold], parsing_timeout=inner, raise_on_error=True)
+        return parse(text, extraction_config=_CFG[cfg], parsing_timeout=inner, raise_on_error=True)
     except Exception:  # TimeoutException is a BaseException: not caught here
         return []
+
+
+def _is_list(text: str) -> bool:
+    """A comma outside brackets: several answers (math-verify's set), e.g. ``1, 2`` but not ``(1, 2)``."""
+    depth = 0
+    for ch in text:
+        depth = depth + (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth <= 0:
+            return True
+    return False
 
 
 def _parse_side(text: str, inner: int, gold: bool = False) -> list:
     """One side (gold or answer) as math-verify reads a boxed final answer: ``\\boxed{text}``,
     a trailing ``\\%`` dropped (math-verify reads ``\\boxed{28}\\%`` and the bare gold ``28\\%``
-    as 28, but gets no expression from ``\\boxed{28\\%}``); if that gives no expression and the
-    text is short, ``$text$``. Short texts only: outside a box the LaTeX extractor may take one
-    span of a long formula that does not parse whole."""
+    as 28, but gets no expression from ``\\boxed{28\\%}``).
+
+    Fallbacks, for one short item only (no top-level comma, <= 200 chars): an answer may be read
+    by math-verify's plain-expression extractor (the leading number of ``4'; DROP TABLE ...``),
+    and a side with no expression is retried as ``$text$``. A list never is: both fallbacks read
+    one piece of it (``0.8`` out of ``0.8, \\text{a condition}``, ``\\frac{1}{4}`` out of
+    ``\\frac{1}{4}, (2,12)``), which would reward a hedge. A gold never uses the first: it reads
+    the ``1`` of ``\\{x|-2\\leq x < 1\\}``, making every answer holding a 1 correct."""
     bare = _PERCENT.sub("", text)
-    parsed = _parse("\\boxed{" + bare + "}", inner, gold)
-    if not any(_is_expr(p) for p in parsed) and len(text) <= 200:
-        alt = _parse("$" + text + "$", inner, gold)
+    single = len(text) <= 200 and not _is_list(bare)
+    parsed = _parse("\\boxed{" + bare + "}", inner, "box+expr" if single and not gold else "box")
+    if single and not any(_is_expr(p) for p in parsed):
+        alt = _parse("$" + text + "$", inner, "span" if gold else "span+expr")
         parsed = alt if any(_is_expr(p) for p in alt) else parsed
     return parsed
 
@@ -65,7 +87,7 @@ def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
         else:
             g = gold.strip()
             if "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$"):
-                _GOLDS[gold] = _parse(g, inner, gold=True)  # a gold with its own delimiters
+                _GOLDS[gold] = _parse(g, inner, "span")  # a gold with its own delimiters
             else:
                 _GOLDS[gold] = _parse_side(g, inner, gold=True)
             if len(_GOLDS) > 4096:

@@ -48,6 +48,12 @@ GRADES = {
     "5": {"wrong": ["It is \\boxed{4}, \\boxed{5}, \\boxed{6}"],
           "correct": ["\\boxed{5} and \\boxed{5}", "$\\boxed{5}$ or $\\boxed{\\frac{10}{2}}$"]},
     "4": {"correct": ["\\boxed{5} then \\boxed{4}"]},  # a correction, not a list
+    # ... also when the other answer does not parse: no number or fraction is read out of a list
+    "0.8": {"unparsable": ["\\boxed{0.8} or \\boxed{\\text{a necessary but not a sufficient condition}}",
+                           "\\boxed{0.8, \\text{anything}}"]},
+    "\\frac{1}{4}": {"unparsable": ["\\boxed{\\frac{1}{4}} or \\boxed{(2,12) \\cup (12,102)}",
+                                   "\\boxed{(2,12) \\cup (12,102)} or \\boxed{\\frac{1}{4}}"]},
+    "10080": {"correct": ["\\boxed{10,\\!080}"]},  # a thousands separator is no list
     # percentages: math-verify reads 28\\% as 28
     "28\\%": {"correct": ["\\boxed{28}", "\\boxed{28\\%}", "\\boxed{28 \\text{ percent}}", "$\\boxed{28}\\%$"],
                "wrong": ["\\boxed{0.28}", "\\boxed{29}", "\\boxed{29\\%}"]},

@@ -16,11 +16,10 @@ Per (response, gold) pair:
    torch/CUDA state). ``multiprocessing`` spawn/forkserver children re-run the parent's main
    module, which inside an Airflow task is the ``airflow`` executable and fails to import there.
    math-verify 0.9.0 times out with ``signal.alarm``, which only works in a
-   main thread, hence processes. A worker wraps gold and answer as ``\\boxed{...}`` (one of
-   <= 200 chars that gives no expression is retried as ``$...$``: ``28\\%`` is 28, as math-verify
-   reads a percentage, and so are ``28`` and ``28\\%`` against either), parses them with
-   ``[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]`` (the gold without
-   the plain-expression extractor, which reads the ``1`` of ``\\{x|-2\\leq x < 1\\}``) and tries
+   main thread, hence processes. A worker reads gold and answer as math-verify reads
+   ``\\boxed{...}`` (a trailing ``\\%`` dropped: ``28\\%`` is 28, as math-verify reads a
+   percentage; a short single item may fall back to the plain-expression extractor (answers
+   only) and to ``$...$``, a list never: ``worker._parse_side``) and tries
    ``verify(gold, pred)`` pair by pair (gold first: it is not symmetric). math-verify's own
    ``parsing_timeout``/``timeout_seconds`` (int seconds, default ``max(1, timeout_s // 2)``) are
    the first line of defence.

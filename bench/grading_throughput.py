@@ -18,16 +18,25 @@ interleaved, repeat by repeat, so that both see the same machine load. Prints it
 and workload (best and median of the repeats), reasons agreement, worker restarts (last repeat),
 and the ratios of the best times last.
 
-    .venv/bin/python bench/grading_throughput.py [--n 3000] [--repeats 3]
+``--against REV``: also the Grader of commit REV (its ``components/reward`` checked out into a
+temporary directory) against this tree's, on the ordinary and hostile workloads: each timed in a
+fresh child process per repeat, the two interleaved, with their reasons compared.
+
+    .venv/bin/python bench/grading_throughput.py [--n 3000] [--repeats 3] [--against REV]
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import multiprocessing as mp
 import random
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -89,13 +98,13 @@ class PebbleGrader:
     def grade_batch(self, responses, golds) -> list[tuple[float, str]]:
         from pebble import ProcessExpired
 
-        from components.reward.grader import _as_text, extract_boxed
+        from components.reward.grader import _as_text, extract_answer
         from components.reward.worker import _grade_pair
 
         out: list = [None] * len(responses)
         pending: dict[tuple[str, str], list[int]] = {}
         for i, (r, g) in enumerate(zip(responses, golds)):
-            ans = extract_boxed(_as_text(r))
+            ans = extract_answer(_as_text(r))
             if ans is None:
                 out[i] = (0.0, "no_answer")
             elif len(ans) > 10_000:
@@ -156,13 +165,94 @@ def pebble(timeout_s: float, inner: int | None = None):
     return factory
 
 
+def grader_at(rev: str, into: Path) -> Path:
+    """``components/reward`` of commit ``rev`` under ``into`` (a root its zygote can run from)."""
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "components/__init__.py", "components/reward"],
+                         capture_output=True, check=False)
+    if tar.returncode:
+        raise SystemExit(f"--against {rev}: git archive failed: {tar.stderr.decode().strip()}")
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+        t.extractall(into, filter="data")
+    return into
+
+
+def _encode(x):
+    """A model output as JSON: text as itself, bytes and other values (hostile outputs) tagged."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, (bytes, bytearray)):
+        return {"b64": base64.b64encode(bytes(x)).decode()}
+    return {"json": x}
+
+
+def _decode(x):
+    if isinstance(x, dict):
+        return base64.b64decode(x["b64"]) if "b64" in x else x["json"]
+    return x
+
+
+def timed_in_child(root: Path, inputs: Path, timeout_s: float) -> tuple[float, list[str]]:
+    """Seconds for one grade_batch by the Grader under ``root`` (fresh process, workers warm), and
+    its reasons."""
+    out = subprocess.run([sys.executable, __file__, "--child", str(root), str(inputs), str(timeout_s)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"grader under {root} failed: {out.stderr.strip()[-600:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    return res["secs"], res["reasons"]
+
+
+def child(root: str, inputs: str, timeout_s: str) -> None:
+    sys.path.insert(0, root)  # before this tree: the Grader under test is the one under root
+    from components.reward.grader import Grader
+
+    texts, golds = json.loads(Path(inputs).read_text())
+    texts = [_decode(t) for t in texts]
+    with Grader(workers=2, timeout_s=float(timeout_s)) as g:
+        g.grade_batch(["\\boxed{1000}"] * 4, ["1000"] * 4)  # workers up, outside the timing
+        t0 = time.perf_counter()
+        res = g.grade_batch(texts, golds)
+        secs = time.perf_counter() - t0
+    print(json.dumps({"secs": secs, "reasons": [x.reason for x in res]}))
+
+
+def against(rev: str, workloads: dict, repeats: int) -> None:
+    """This tree's Grader vs commit ``rev``'s, same inputs, interleaved repeat by repeat."""
+    with tempfile.TemporaryDirectory() as tmp:
+        old = grader_at(rev, Path(tmp) / "old")
+        times: dict = {}
+        reasons: dict = {}
+        for _ in range(repeats):
+            for w, (limit, texts, golds) in workloads.items():
+                inputs = Path(tmp) / f"{w}.json"
+                inputs.write_text(json.dumps([[_encode(t) for t in texts], golds]))
+                for name, root in (("now", ROOT), (rev, old)):
+                    secs, rs = timed_in_child(root, inputs, limit)
+                    times.setdefault((w, name), []).append(secs)
+                    reasons[(w, name)] = rs
+    for w, (_, texts, _) in workloads.items():
+        now, then = min(times[(w, "now")]), min(times[(w, rev)])
+        same = sum(a == b for a, b in zip(reasons[(w, "now")], reasons[(w, rev)]))
+        print(f"Grader now vs at {rev}, {w:8s}: {len(texts) / now:6.0f} vs {len(texts) / then:6.0f} items/s "
+              f"(best of {repeats}), now/then speed {then / now:.3f}x; same reason on {same}/{len(texts)}")
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        return child(*sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--against", default=None, metavar="REV", help="also time the Grader of this commit")
+    ap.add_argument("--only-against", action="store_true", help="with --against: skip the pebble comparison")
     args = ap.parse_args()
     texts, golds = synthetic(args.n)
     h_texts, h_golds = hostile()
+    if args.against:
+        against(args.against, {"ordinary": (5.0, texts, golds), "hostile": (HOSTILE_TIMEOUT_S, h_texts, h_golds)},
+                args.repeats)
+        if args.only_against:
+            return
 
     t0 = time.perf_counter()
     base = plain_loop(texts, golds)

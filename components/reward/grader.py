@@ -1,19 +1,25 @@
-"""Verifiable math reward: extract the last ``\\boxed{}`` answer and check it with math-verify.
+"""Verifiable math reward: the response's final answer, checked by math-verify in worker processes.
 
 Per (response, gold) pair:
 
-1. :func:`extract_boxed` (parent, pure Python, linear time): content of the LAST ``\\boxed{}`` /
-   ``\\fbox{}``; none -> ``"no_answer"``. Answers over ``max_answer_chars`` (10 000) are graded
-   ``"unparsable"``. Neither reaches a worker.
+1. :func:`~components.reward.extract.extract_answer` (parent, pure Python, linear time): the
+   content of the LAST ``\\boxed{}`` / ``\\fbox{}``, or, when the response ends with several
+   boxes listed together (``\\boxed{1}, \\boxed{2}``; ``\\boxed{(2, 2)} \\text{ and } \\boxed{(6, 2)}``),
+   all of them as one multi-part answer, graded as their set the way math-verify grades several
+   boxes. Such a run is graded as a whole and never box by box: boxing several different
+   answers to a one-answer gold is wrong (the guard against rewarding hedges; rule and its
+   source in that module's doc and docs/grading.md). No box -> ``"no_answer"``. Answers over
+   ``max_answer_chars`` (10 000) are graded ``"unparsable"``. Neither reaches a worker.
 2. Parent-side LRU cache keyed by ``(gold, extracted answer)``; misses are deduplicated.
 3. Misses go to worker PROCESSES forked by a zygote, ``python -m components.reward.zygote``: a
    fresh interpreter that imports math-verify once and never the parent's ``__main__`` (nor its
    torch/CUDA state). ``multiprocessing`` spawn/forkserver children re-run the parent's main
    module, which inside an Airflow task is the ``airflow`` executable and fails to import there.
    math-verify 0.9.0 times out with ``signal.alarm``, which only works in a
-   main thread, hence processes. A worker wraps gold and answer as ``\\boxed{...}`` (an answer of
-   <= 200 chars that gives no expression is retried as ``$...$``, e.g. ``3\\%``), parses them with
-   ``[LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]`` and tries
+   main thread, hence processes. A worker reads gold and answer as math-verify reads
+   ``\\boxed{...}`` (a trailing ``\\%`` dropped: ``28\\%`` is 28, as math-verify reads a
+   percentage; a short single item may fall back to the plain-expression extractor (answers
+   only) and to ``$...$``, a list never: ``worker._parse_side``) and tries
    ``verify(gold, pred)`` pair by pair (gold first: it is not symmetric). math-verify's own
    ``parsing_timeout``/``timeout_seconds`` (int seconds, default ``max(1, timeout_s // 2)``) are
    the first line of defence.
@@ -49,7 +55,6 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -57,13 +62,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Sequence
 
-__all__ = ["Grade", "Grader", "GraderError", "extract_boxed", "grade_responses", "REASONS"]
+__all__ = ["Grade", "Grader", "GraderError", "extract_answer", "extract_boxed", "grade_responses", "REASONS"]
 
 REASONS = ("correct", "no_answer", "unparsable", "wrong", "timeout", "error")
-
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*\{")
-_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)  # an escape pair, or a brace
-
 
 @dataclass(frozen=True)
 class Grade:
@@ -72,38 +73,8 @@ class Grade:
     extracted: str | None
 
 
-# ------------------------------------------------------------------ extraction (parent side)
-def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` in ``text``, or None.
-
-    "Last" means the last macro occurrence in the text (for ``\\boxed{\\boxed{1}}`` that is the
-    inner one); ``\\boxed {x}`` is accepted, ``\\boxedx`` is another macro. Braces are matched
-    with nesting; escaped pairs (``\\{``, ``\\}``, ``\\\\``) do not count. If the last box is
-    unbalanced the result is None. Linear time, never raises.
-    """
-    try:
-        if not isinstance(text, str):
-            return None
-        last = deque(_BOX_OPEN.finditer(text), maxlen=1)
-        if not last:
-            return None
-        brace = last[0].end() - 1
-        depth = 0
-        for m in _BRACE_TOKEN.finditer(text, brace):
-            tok = m.group()
-            if tok == "{":
-                depth += 1
-            elif tok == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[brace + 1:m.start()]
-            # else: an escaped character (\{, \}, \\, \frac...): ignored
-        return None
-    except Exception:  # pragma: no cover - defensive: extraction must never raise
-        return None
-
-
 # ------------------------------------------------------------------ processes: pool.py, zygote.py, worker.py
+from components.reward.extract import extract_answer, extract_boxed  # noqa: E402,F401
 from components.reward.pool import GraderError, Worker, Zygote  # noqa: E402
 from components.reward.worker import _grade_pair, _is_expr, _parse, _worker_main  # noqa: E402,F401
 
@@ -211,7 +182,7 @@ class Grader:
             pending: dict[tuple[str, str], list[int]] = {}
             for i, (resp, gold) in enumerate(zip(responses, golds)):
                 self.stats["items"] += 1
-                ans = extract_boxed(_as_text(resp))
+                ans = extract_answer(_as_text(resp))
                 if ans is None:
                     self.stats["no_answer"] += 1
                     out[i] = Grade(0.0, "no_answer", None)

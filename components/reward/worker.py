@@ -7,12 +7,14 @@ torch; the parent enforces the hard wall-clock limit by killing a worker that ov
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections import OrderedDict
 from typing import Any
 
 _GOLDS: OrderedDict = OrderedDict()  # per-worker cache of parsed golds (n rollouts share one gold)
-_CFG: list = []
+_CFG: dict = {}
+_PERCENT = re.compile(r"\s*\\%\s*$")  # a trailing \% (a bare % starts a LaTeX comment)
 
 
 def _is_expr(x: Any) -> bool:
@@ -21,16 +23,57 @@ def _is_expr(x: Any) -> bool:
     return isinstance(x, (Basic, MatrixBase))
 
 
-def _parse(text: str, inner: int) -> list:
-    """math-verify ``parse``; parse errors give []; math-verify's TimeoutException propagates."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+def _configs() -> dict:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    box = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
+    return {"box": [box],                                     # a box, read whole
+            "box+expr": [box, ExprExtractionConfig()],        # ... or a plain expression in it
+            "span": [LatexExtractionConfig(boxed_match_priority=0)],  # any LaTeX span
+            "span+expr": [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]}
+
+
+def _parse(text: str, inner: int, cfg: str = "box+expr") -> list:
+    """math-verify ``parse`` with one of :func:`_configs`; parse errors give []; math-verify's
+    TimeoutException propagates."""
+    from math_verify import parse
 
     if not _CFG:
-        _CFG[:] = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+        _CFG.update(_configs())
     try:
-        return parse(text, extraction_config=_CFG, parsing_timeout=inner, raise_on_error=True)
+        return parse(text, extraction_config=_CFG[cfg], parsing_timeout=inner, raise_on_error=True)
     except Exception:  # TimeoutException is a BaseException: not caught here
         return []
+
+
+def _is_list(text: str) -> bool:
+    """A comma outside brackets: several answers (math-verify's set), e.g. ``1, 2`` but not ``(1, 2)``."""
+    depth = 0
+    for ch in text:
+        depth = depth + (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth <= 0:
+            return True
+    return False
+
+
+def _parse_side(text: str, inner: int, gold: bool = False) -> list:
+    """One side (gold or answer) as math-verify reads a boxed final answer: ``\\boxed{text}``,
+    a trailing ``\\%`` dropped (math-verify reads ``\\boxed{28}\\%`` and the bare gold ``28\\%``
+    as 28, but gets no expression from ``\\boxed{28\\%}``).
+
+    Fallbacks, for one short item only (no top-level comma, <= 200 chars): an answer may be read
+    by math-verify's plain-expression extractor (the leading number of ``4'; DROP TABLE ...``),
+    and a side with no expression is retried as ``$text$``. A list never is: both fallbacks read
+    one piece of it (``0.8`` out of ``0.8, \\text{a condition}``, ``\\frac{1}{4}`` out of
+    ``\\frac{1}{4}, (2,12)``), which would reward a hedge. A gold never uses the first: it reads
+    the ``1`` of ``\\{x|-2\\leq x < 1\\}``, making every answer holding a 1 correct."""
+    bare = _PERCENT.sub("", text)
+    single = len(text) <= 200 and not _is_list(bare)
+    parsed = _parse("\\boxed{" + bare + "}", inner, "box+expr" if single and not gold else "box")
+    if single and not any(_is_expr(p) for p in parsed):
+        alt = _parse("$" + text + "$", inner, "span" if gold else "span+expr")
+        parsed = alt if any(_is_expr(p) for p in alt) else parsed
+    return parsed
 
 
 def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
@@ -43,17 +86,14 @@ def _grade_pair(gold: str, answer: str, inner: int) -> tuple[float, str]:
             _GOLDS.move_to_end(gold)
         else:
             g = gold.strip()
-            boxed = "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$")
-            _GOLDS[gold] = _parse(g if boxed else "\\boxed{" + g + "}", inner)
+            if "\\boxed" in g or "\\fbox" in g or (len(g) > 1 and g[0] == g[-1] == "$"):
+                _GOLDS[gold] = _parse(g, inner, "span")  # a gold with its own delimiters
+            else:
+                _GOLDS[gold] = _parse_side(g, inner, gold=True)
             if len(_GOLDS) > 4096:
                 _GOLDS.popitem(last=False)
         g_parsed = _GOLDS[gold]
-        p_parsed = _parse("\\boxed{" + answer + "}", inner)
-        if not any(_is_expr(p) for p in p_parsed) and len(answer) <= 200:
-            # e.g. "3\\%" parses only this way; short answers only, since the plain-expression
-            # extractor would otherwise pick a number out of a long unparsable formula
-            alt = _parse("$" + answer + "$", inner)
-            p_parsed = alt if any(_is_expr(p) for p in alt) else p_parsed
+        p_parsed = _parse_side(answer, inner)
     except TimeoutException:
         return 0.0, "timeout"
     if not g_parsed or not p_parsed:

@@ -8,7 +8,10 @@ With ``paper: vsr|vigor|vip`` the benchmark results also go beside that paper's 
 validation histories it writes VIGOR's measure: accuracy vs cumulative rollouts with the
 target line and rollouts-to-target per method (``rollouts_to_target.csv``, ``rollouts.png``),
 and the generated tokens per update by method (``tokens_per_update.png``). Always: each paper
-claim's verdict on this sweep (``claims.md`` / ``claims.csv``; ``analysis.claims``).
+claim's verdict on this sweep (``claims.md`` / ``claims.csv``; ``analysis.claims``), and the
+share of each method's evaluation samples graded ``no_answer``/``unparsable``/``timeout``/``error``
+(``grading_reasons.csv``; from each evaluation's ``samples.jsonl``), so that a change in grading
+shows in the results.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from pydantic import Field
 from components.stages.base import StageContext, StageParams
 
 NAME = "tables"
-VERSION = 4
+VERSION = 5
 INPUTS = ("eval_*", "run_*", "tokens")
 
 
@@ -49,10 +52,12 @@ def run(params: Params, ctx: StageContext) -> dict:
     from analysis.tables import accuracy_table, readable, to_markdown
     from components.stages.common import read_json
 
-    results, runs, tokens = [], [], None
+    results, runs, tokens, samples = [], [], None, []
     for name, d in sorted(ctx.inputs.items()):
         if (d / "results.json").is_file():
             results.append(read_json(d / "results.json"))
+            if (d / "samples.jsonl").is_file():  # evaluations that grade no math answers write none
+                samples.append((results[-1], d / "samples.jsonl"))
         elif (d / "summary.json").is_file() and (d / "metrics.jsonl").is_file():
             hist = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line]
             runs.append((read_json(d / "summary.json"), hist))
@@ -67,10 +72,16 @@ def run(params: Params, ctx: StageContext) -> dict:
            "share of responses cut off by the response budget at evaluation / in training rollouts.\n")
     if tokens is not None:
         md += "\n" + to_markdown(tokens, "Tokens at matched update counts")
+    reasons = _grading_reasons(samples) if samples else None
+    if reasons is not None:
+        reasons.to_csv(ctx.out_dir / "grading_reasons.csv", index=False)
+        md += "\n" + to_markdown(reasons, "Grading reasons: share of evaluation samples")
     (ctx.out_dir / "tables.md").write_text(md)
     df.to_csv(ctx.out_dir / "tables.csv", index=False)
     plots = [accuracy_bars(df, ctx.out_dir / "accuracy.png")]
     out: dict = {"rows": df.to_dict("records")}
+    if reasons is not None:
+        out["grading_reasons"] = reasons.to_dict("records")
     if runs:
         plots.append(training_curves(runs, ctx.out_dir / "curves.png"))
         plots.append(tokens_per_update_plot(runs, ctx.out_dir / "tokens_per_update.png"))
@@ -88,6 +99,34 @@ def run(params: Params, ctx: StageContext) -> dict:
     pd.DataFrame([v.row() for v in verdicts]).to_csv(ctx.out_dir / "claims.csv", index=False)
     out["claims"] = {v.claim.id: v.verdict for v in verdicts}
     return {**out, "plots": [p.name for p in plots]}
+
+
+def _grading_reasons(samples: list):
+    """One row per (evaluation set, method): samples, and the share graded each failing reason."""
+    import json
+    from collections import Counter
+
+    import pandas as pd
+
+    from analysis.tables import eval_set
+    from components.reward.grader import REASONS
+
+    counts: dict[tuple[str, str], Counter] = {}
+    for res, path in samples:
+        c = counts.setdefault((eval_set(res), res["method"]), Counter())
+        with open(path) as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                reason = json.loads(line).get("reason")
+                if reason not in REASONS:
+                    raise ValueError(f"{path}: line {i}: field 'reason' is {reason!r}, not one of {REASONS}")
+                c[reason] += 1
+    rows = [{"eval_set": w, "method": m, "samples": sum(c.values()),
+             **{r: c[r] / max(1, sum(c.values())) for r in REASONS if r not in ("correct", "wrong")}}
+            for (w, m), c in counts.items()]
+    df = pd.DataFrame(rows)
+    return df.drop(columns="eval_set") if df["eval_set"].nunique() == 1 else df
 
 
 def _rollouts(params: Params, runs, ctx: StageContext) -> list | None:

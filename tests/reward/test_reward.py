@@ -57,12 +57,6 @@ def test_extract_boxed_megabyte_inputs_are_fast(text, expected_len):
 
 
 # ---------------------------------------------------------------- Grader
-@pytest.fixture(scope="module")
-def grader():
-    with Grader(workers=2, timeout_s=5.0) as g:
-        yield g
-
-
 @pytest.mark.parametrize("response,gold,reason", [
     ("The answer is \\boxed{\\frac{1}{2}}.", "0.5", "correct"),
     ("\\boxed{27.0}", "27", "correct"),

@@ -152,3 +152,27 @@ def test_no_target_when_the_baseline_never_improves():
     flat = ({"method": "grpo", "seed": 0}, hist([128] * 6, {0: 0.3, 2: 0.2, 4: 0.3, 6: 0.25}))
     with pytest.raises(ValueError, match="never rose above its starting"):
         rollouts_table([flat, VIGOR], window=1)
+
+
+def test_grading_reason_shares_per_method(tmp_path):
+    results = [_result("tiny-grpo-s0", "grpo", None, 0.4), _result("tiny-vsr-s0", "vsr", None, 0.5)]
+    inputs = _write_inputs(tmp_path / "in", results, [])
+    reasons = {"grpo": ["correct"] * 6 + ["no_answer"] * 3 + ["timeout"], "vsr": ["wrong"] * 3 + ["unparsable"]}
+    for m, rs in reasons.items():
+        (inputs[f"eval_tiny-{m}-s0"] / "samples.jsonl").write_text(
+            "".join(json.dumps({"uid": "p0", "seed": 0, "text": "", "score": float(r == "correct"), "reason": r}) + "\n"
+                    for r in rs))
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(out_dir=out, work_dir=tmp_path / "w", inputs=inputs, tracker=NullTracker())
+    res = tables.run(tables.Params(), ctx)
+    row = {r["method"]: r for r in res["grading_reasons"]}
+    assert row["grpo"]["samples"] == 10 and row["grpo"]["no_answer"] == pytest.approx(0.3)
+    assert row["grpo"]["timeout"] == pytest.approx(0.1) and row["grpo"]["unparsable"] == 0
+    assert row["vsr"]["unparsable"] == pytest.approx(0.25) and row["vsr"]["error"] == 0
+    assert pd.read_csv(out / "grading_reasons.csv").shape == (2, 6)
+    assert "Grading reasons: share of evaluation samples" in (out / "tables.md").read_text()
+    # a sample whose reason the grader never gives is bad input, named by file and line
+    (inputs["eval_tiny-vsr-s0"] / "samples.jsonl").write_text('{"reason": "correct"}\n{"reason": "maybe"}\n')
+    with pytest.raises(ValueError, match=r"samples.jsonl: line 2: field 'reason' is 'maybe'"):
+        tables.run(tables.Params(), ctx)

@@ -117,7 +117,7 @@ def _evaluate(cfg: Sweep, up: dict) -> list[dict]:
     uris.update({k: _uri(models, m, "models") for k, m in cfg.untrained_eval_models().items()})
     return [call("evaluate", e["label"], cfg.evaluate_params(e["label"], e["benchmark"]),
                  {"model": uris[e["key"]], "hard": _uri(hard, e["model"], "hard")},
-                 {"label": e["label"], "model": e["model"], **({"benchmark": e["benchmark"]} if e["benchmark"] else {})})
+                 {k: e[k] for k in ("label", "model", "benchmark") if e[k] is not None})
             for e in cfg.eval_cells() if e["key"] in uris]
 
 

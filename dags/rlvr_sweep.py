@@ -199,7 +199,7 @@ def build_dag(cfg: Sweep, source: Path):
             if pods is not None and st.name in mapped:
                 results[st.result] = pods(st.name, mapped[st.name], parent, snap, up)
             elif st.name in mapped:
-                cells = _plan_task(name, st.name, mapped[st.name])(sweep=snap, up=up)
+                cells = _plan_task(st.name, mapped[st.name])(sweep=snap, up=up)
                 results[st.result] = _mapped_task(name, st.name, heavy).partial(
                     parent=parent, sweep=snap, up=up).expand(cell=cells)
             else:
@@ -223,7 +223,7 @@ def _stage_task(sweep_name: str, stage: str, heavy: dict):
     return run
 
 
-def _plan_task(sweep_name: str, stage: str, task_id: str):
+def _plan_task(stage: str, task_id: str):
     @task(task_id=task_id)
     def plan(sweep: dict, up: dict) -> list[str]:
         """The cells of the mapped stage, in the graph's order: its map."""
@@ -264,8 +264,8 @@ def _pod_stages(cfg: Sweep):
                                           cell=c["cell"], extra=c["extra"])
                     for c in stage_graph.calls(_cfg(sweep), stage, _resolved(up))]
 
-        # .output: the XComArg of all mapped results
-        return pod_op.partial(**stage_pods.partial_kwargs(ks, stage)).expand_kwargs(plan(parent=parent, sweep=snap, up=up)).output
+        pods = pod_op.partial(**stage_pods.partial_kwargs(ks, stage))
+        return pods.expand_kwargs(plan(parent=parent, sweep=snap, up=up)).output  # the XComArg of all mapped results
 
     return emit
 

@@ -36,7 +36,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path

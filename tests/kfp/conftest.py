@@ -33,7 +33,7 @@ def kfp_report(kfp_python, tmp_path_factory) -> tuple[Path, dict]:
                         *map(str, SWEEPS)], cwd=REPO,
                        env=clean_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    # kfp.local's threaded print indentation once leaked a wrapper per task: 900 MB of spaces
-    # and minutes per task on the 181-step vigor_table1 (components/kfp/local.py:_plain_print)
+    # kfp.local's threaded print indentation leaks a wrapper per task unless
+    # components/kfp/local.py:_plain_print stops it: output then grows with every step
     assert len(r.stdout) < 20_000_000, f"kfp_side.py printed {len(r.stdout):,} characters"
     return out, last_json(r.stdout)

@@ -14,7 +14,7 @@ import json
 
 import pytest
 import yaml
-from kfp_testlib import SWEEPS
+from kfp_testlib import SWEEPS, compiled
 
 from components import stage_graph
 from components.k8s.stage_pods import run_stage_args
@@ -77,12 +77,10 @@ def plan_inputs(spec: dict) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("sweep", SWEEPS, ids=lambda p: p.stem)
 def test_the_pipeline_is_the_graph_emitted(sweep, kfp_report):
     cfg = load_sweep(sweep)
-    out, report = kfp_report
-    kfp = report[str(sweep)]
-    assert "error" not in kfp, kfp.get("error")
+    kfp, ir = compiled(kfp_report, sweep)
     assert kfp["dry"]["ok"], kfp["dry"]["error"]
 
-    spec = next(yaml.safe_load_all((out / f"{sweep.stem}.yaml").read_text()))
+    spec = next(yaml.safe_load_all(ir.read_text()))
     assert plan_inputs(spec) == {f"plan-{s.name}": {k: stage_graph.PRODUCER[k] for k in s.needs}
                                  for s in stage_graph.STAGES}
 

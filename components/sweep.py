@@ -37,9 +37,6 @@ from components.k8s.settings import KubernetesSettings
 from components.agentic.registry import available as episodic_available
 from components.methods.registry import available
 
-STAGE_NAMES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes",
-               "train", "evaluate", "tokens", "tables")
-
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -312,15 +309,12 @@ class Sweep(_Strict):
                 for k, m in keys for b in self.eval_targets()]
 
     def planned_params(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every (stage, params) the DAG will pass to run_stage, for a pre-flight check
-        against the stages' Params models (``rlvr sweep``, the DAG integrity test)."""
-        st = self.stages
-        out = [("prepare_data", st.prepare_data)]
-        out += [("pretrain", self.pretrain_params(m)) for m in self.pretrained_models()]
-        out += [("filter_hard", st.filter_hard), ("seed_prefixes", st.seed_prefixes)]
-        out += [("train", self.train_params(g["method"], g["seed"])) for g in self.grid()]
-        out += [("evaluate", self.evaluate_params(c["label"], c["benchmark"])) for c in self.eval_cells()]
-        return out + [("tokens", st.tokens), ("tables", st.tables)]
+        """Every (stage, params) the orchestrators will pass to run_stage, from the stage graph
+        (a dry walk of it), for a pre-flight check against the stages' Params models (``rlvr
+        sweep``, the DAG integrity test)."""
+        from components import stage_graph  # it imports this module
+        made, _ = stage_graph.walk(self, stage_graph.dry_result)
+        return [(c["stage"], c["params"]) for c in made]
 
     def grid(self) -> list[dict[str, Any]]:
         """model x method x seed in file order; ``key`` is a short stable slug."""

@@ -5,26 +5,34 @@ Sweep files: ``dags/sweeps/*.yaml`` plus those listed in ``RLVR_EXTRA_SWEEPS``
 files elsewhere, ``rlvr services`` for the directory of submitted sweeps; an extra file
 whose ``name`` clashes with one in dags/sweeps replaces it).
 
+The tasks are emitted from the stage graph (``components/stage_graph.py``): one task per
+stage, in the graph's order, each reading the upstream results the graph says it needs and
+getting its calls (params, inputs, cell) from ``stage_graph.calls``; this file adds no stage
+logic of its own. A stage in ``MAPPED`` is a plan task listing the stage's cells plus one
+mapped task instance per cell (dynamic task mapping); every other stage is one task that
+makes all its calls. Around them, ``start_sweep`` and the teardown ``end_sweep`` open and
+close the sweep's MLflow parent run.
+
 A DAG run uses the sweep as it was when the run started: ``start_sweep`` snapshots it
-(``components/sweep_runs.py``) and every task takes its settings, and the grid it maps
+(``components/sweep_runs.py``) and every task takes its settings, and the cells it maps
 over, from that snapshot; the trigger form's params (seeds, methods, rerun) apply to it.
 
 Parse-time rules (the scheduler re-parses this file every few seconds): import only
 airflow.sdk, pydantic and yaml. Each task imports ``components.lineage`` (mlflow)
 inside its body, and the stage modules (torch) are imported by run_stage only when
-the stage really runs. Every task is a thin call of ``run_stage``; its cache makes
+the stage really runs. Every stage task is a thin call of ``run_stage``; its cache makes
 a retry or a cleared task cheap, and only small dicts (URIs, run ids) go to XCom.
 
-``executor: kubernetes`` (``_gpu_pods``): the GPU stages filter_hard, train and evaluate
+``executor: kubernetes`` (``_pod_stages``): the GPU stages filter_hard, train and evaluate
 are KubernetesPodOperator tasks running ``rlvr run-stage`` in the trainer image from the
-pod template ``manifests/base/pod-templates/gpu-stage.yaml``, one pod per model / grid
-cell / eval cell (``components/k8s/stage_pods.py`` builds the specs, the sweep's
-``kubernetes:`` block sizes them). Every other task (start/end of the sweep run,
-prepare_data, pretrain = download or registration of a hub model, seed_prefixes, tokens,
-tables, and the small ``*_args`` tasks) stays a Python task: under Airflow's
+pod template ``manifests/base/pod-templates/gpu-stage.yaml``, one pod per call
+(``components/k8s/stage_pods.py`` builds the specs, the sweep's ``kubernetes:`` block
+sizes them); their plan tasks build the pods' argument lists. Every other task (start/end
+of the sweep run, prepare_data, pretrain = download or registration of a hub model,
+seed_prefixes, tokens, tables, the plan tasks) stays a Python task: under Airflow's
 KubernetesExecutor each task already gets its own worker pod in the pipeline image,
 which mounts the same ``rlvr-artifacts`` volume at RLVR_HOME=/rlvr. The provider is
-imported only when such a sweep is built. Local mode builds exactly the tasks above.
+imported only when such a sweep is built.
 
 A broken sweep file never breaks the others: its one-line SweepError is kept in
 ``SWEEP_ERRORS``, emitted as a parse warning, and shown as a placeholder DAG
@@ -41,7 +49,8 @@ from pathlib import Path
 
 from airflow.sdk import dag, get_current_context, get_parsing_context, task
 
-from components.sweep import Sweep, SweepError, load_sweep, slug, sweep_digest
+from components import stage_graph
+from components.sweep import Sweep, SweepError, load_sweep, sweep_digest
 
 SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
 EXTRA_ENV = "RLVR_EXTRA_SWEEPS"
@@ -50,6 +59,12 @@ POOL_ENV = "RLVR_STAGE_POOL"
 SWEEP_ERRORS: dict[str, str] = {}   # sweep file -> one-line error
 SWEEP_FILES: dict[str, str] = {}    # dag_id -> sweep file it came from
 START = datetime(2025, 1, 1)
+# The graph's stages that are mapped over their cells, each with the id of the plan task that
+# lists them. Local mode maps the training runs and the evaluations (the long units, each
+# retried and cleared on its own) and runs a per-model stage as one task; Kubernetes mode
+# runs every call of a GPU stage as its own pod.
+MAPPED = {"local": {"train": "grid", "evaluate": "eval_plan"},
+          "kubernetes": {"filter_hard": "filter_hard_args", "train": "train_args", "evaluate": "eval_plan"}}
 
 
 def _yaml_in(d: Path) -> list[Path]:
@@ -70,7 +85,8 @@ def dag_id_for(name: str) -> str:
     return f"rlvr_{name}"
 
 
-def _stage(name: str, params: dict, inputs: dict, sweep: str, parent: str | None, cell: dict | None = None) -> dict:
+def _stage(c: dict, sweep: str, parent: str | None) -> dict:
+    """Run one call of the graph in this worker; its result labelled with its cell."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from components.lineage import StageError, run_stage
@@ -80,17 +96,19 @@ def _stage(name: str, params: dict, inputs: dict, sweep: str, parent: str | None
     ctx = get_current_context()
     force = bool((ctx.get("params") or {}).get("rerun")) and ctx["ti"].try_number <= 1
     try:
-        result = run_stage(name, params, inputs, sweep=sweep, parent_run_id=parent, force=force, cell=cell)
+        result = run_stage(c["stage"], c["params"], c["inputs"], sweep=sweep, parent_run_id=parent, force=force,
+                           cell=c["extra"])
     except StageError as e:  # bad params / missing input: retrying cannot help
         raise AirflowFailException(str(e)) from None
-    record(name, params, inputs, result)   # for `rlvr sweep`'s cached-rerun check
-    return result
+    record(c["stage"], c["params"], c["inputs"], result)   # for `rlvr sweep`'s cached-rerun check
+    return stage_graph.labelled(result, c)
 
 
-def _items(seq) -> list:
-    # Mapped results arrive as a lazy XCom sequence; one slice is one request, where
-    # iterating probes past the end and logs a spurious "XCom not found" error.
-    return list(seq[:])
+def _resolved(up: dict) -> dict:
+    """Upstream results as the graph reads them. A mapped task's results arrive as a lazy XCom
+    sequence; one slice is one request, where iterating probes past the end and logs a
+    spurious "XCom not found" error."""
+    return {k: v if isinstance(v, dict) else list(v[:]) for k, v in up.items()}
 
 
 def _stage_slots() -> dict:
@@ -126,6 +144,7 @@ def build_dag(cfg: Sweep, source: Path):
     name = cfg.name
     raw = cfg.model_dump(mode="json")
     heavy = _stage_slots()
+    mapped = MAPPED[cfg.executor]
 
     @dag(dag_id=dag_id_for(name), schedule=None, start_date=START, catchup=False,
          description=(cfg.description or f"RLVR sweep {name}")[:200],
@@ -156,75 +175,6 @@ def build_dag(cfg: Sweep, source: Path):
             return {"parent": parent, "sweep": stored}
 
         @task
-        def grid(sweep: dict) -> list[dict]:
-            """The training cells of this run's sweep (train's map): model x method x seed."""
-            return _cfg(sweep).grid()
-
-        @task(**heavy)
-        def prepare_data(parent: str, sweep: dict) -> dict:
-            return _stage("prepare_data", _cfg(sweep).stages.prepare_data, {}, name, parent)
-
-        # One task per stage even with several models: it loops, and the cache keeps
-        # a retry from recomputing the models that already finished.
-        @task(**heavy)
-        def pretrain(parent: str, sweep: dict, data: dict) -> dict:
-            c = _cfg(sweep)
-            return {m: _stage("pretrain", c.pretrain_params(m), {"data": data["uri"]}, name, parent, {"model": m})
-                    for m in c.pretrained_models()}
-
-        @task(**heavy)
-        def filter_hard(parent: str, sweep: dict, data: dict, models: dict) -> dict:
-            c = _cfg(sweep)
-            return {m: _stage("filter_hard", c.stages.filter_hard, {"data": data["uri"], "model": models[m]["uri"]},
-                              name, parent, {"model": m}) for m in c.models}
-
-        @task(**heavy)
-        def seed_prefixes(parent: str, sweep: dict, hard: dict) -> dict:
-            c = _cfg(sweep)
-            return {m: _stage("seed_prefixes", c.stages.seed_prefixes, {"hard": hard[m]["uri"]}, name, parent,
-                              {"model": m})
-                    for m in c.models}
-
-        @task(map_index_template="{{ rlvr_key }}", **heavy)
-        def train(cell: dict, parent: str, sweep: dict, models: dict, hard: dict, prefixes: dict) -> dict:
-            get_current_context()["rlvr_key"] = cell["key"]  # readable map index in the UI
-            m = cell["model"]
-            res = _stage("train", _cfg(sweep).train_params(cell["method"], cell["seed"]),
-                         {"model": models[m]["uri"], "hard": hard[m]["uri"], "prefixes": prefixes[m]["uri"],
-                          **({"teacher": models[t]["uri"]} if (t := _cfg(sweep).teacher_of(cell["method"])) else {})},
-                         name, parent, cell)
-            return {**res, **cell}
-
-        @task
-        def eval_plan(sweep: dict, trains: list, models: dict) -> list[dict]:
-            """Aggregator: (every trained model + each base model and used teacher) x (the held-out split
-            when ``heldout_eval`` + each of ``benchmarks``), as evaluate's map."""
-            c = _cfg(sweep)
-            uris = {t["key"]: t["uri"] for t in _items(trains)}
-            uris.update({k: models[m]["uri"] for k, m in c.untrained_eval_models().items()})
-            return [{"label": e["label"], "model": e["model"], "benchmark": e["benchmark"], "uri": uris[e["key"]]}
-                    for e in c.eval_cells() if e["key"] in uris]
-
-        @task(map_index_template="{{ rlvr_key }}", **heavy)
-        def evaluate(spec: dict, parent: str, sweep: dict, hard: dict) -> dict:
-            get_current_context()["rlvr_key"] = spec["label"]
-            res = _stage("evaluate", _cfg(sweep).evaluate_params(spec["label"], spec.get("benchmark")),
-                         {"model": spec["uri"], "hard": hard[spec["model"]]["uri"]}, name, parent, spec)
-            return {**res, "label": spec["label"]}
-
-        @task(**heavy)
-        def tokens(parent: str, sweep: dict, trains: list) -> dict:
-            return _stage("tokens", _cfg(sweep).stages.tokens, {f"run_{t['key']}": t["uri"] for t in _items(trains)},
-                          name, parent)
-
-        @task(**heavy)
-        def tables(parent: str, sweep: dict, evals: list, trains: list, tok: dict) -> dict:
-            # train outputs too: their metric histories are the training-curve plots
-            inputs = {f"eval_{e['label']}": e["uri"] for e in _items(evals)}
-            inputs.update({f"run_{t['key']}": t["uri"] for t in _items(trains)})
-            return _stage("tables", _cfg(sweep).stages.tables, {**inputs, "tokens": tok["uri"]}, name, parent)
-
-        @task
         def end_sweep() -> str:
             # A teardown without setups: runs once everything upstream is done, also after a
             # failure (so the parent run is closed), and does not decide the DAG run's state.
@@ -242,32 +192,59 @@ def build_dag(cfg: Sweep, source: Path):
 
         start = start_sweep()
         parent, snap = start["parent"], start["sweep"]
-        data = prepare_data(parent, snap)
-        models = pretrain(parent, snap, data)
-        if cfg.executor == "kubernetes":
-            trains, evals = _gpu_pods(cfg, parent, snap, data, models)
-        else:
-            hard = filter_hard(parent, snap, data, models)
-            prefixes = seed_prefixes(parent, snap, hard)
-            trains = train.partial(parent=parent, sweep=snap, models=models, hard=hard, prefixes=prefixes).expand(
-                cell=grid(snap))
-            evals = evaluate.partial(parent=parent, sweep=snap, hard=hard).expand(spec=eval_plan(snap, trains, models))
-        tabs = tables(parent, snap, evals, trains, tokens(parent, snap, trains))
+        pods = _pod_stages(cfg) if cfg.executor == "kubernetes" else None
+        results: dict = {}
+        for st in stage_graph.STAGES:
+            up = {k: results[k] for k in st.needs}
+            if pods is not None and st.name in mapped:
+                results[st.result] = pods(st.name, mapped[st.name], parent, snap, up)
+            elif st.name in mapped:
+                cells = _plan_task(st.name, mapped[st.name])(sweep=snap, up=up)
+                results[st.result] = _mapped_task(name, st.name, heavy).partial(
+                    parent=parent, sweep=snap, up=up).expand(cell=cells)
+            else:
+                results[st.result] = _stage_task(name, st.name, heavy)(parent=parent, sweep=snap, up=up)
         end = end_sweep()
         start >> end
-        tabs >> end
+        results["tables"] >> end
         end.as_teardown()
 
     return sweep_dag()
 
 
-def _gpu_pods(cfg: Sweep, parent, snap, data, models):
-    """Kubernetes mode: filter_hard, train and evaluate as KubernetesPodOperator tasks, one
-    pod per model / grid cell / eval cell (dynamic task mapping). Their argument lists need
-    the upstream artifact URIs, so small ``*_args`` tasks build them at run time from the
-    run's sweep snapshot; each pod's result comes back through the XCom sidecar, labelled
-    with its cell (``--extra``). The pods' settings (image, resources) are the parse-time
-    sweep's: they shape the operators."""
+def _stage_task(sweep_name: str, stage: str, heavy: dict):
+    """Every call of ``stage`` in one task: one result, or the list of its models' results.
+    One task even with several models: the cache keeps a retry from recomputing the models
+    that already finished."""
+    @task(task_id=stage, **heavy)
+    def run(parent: str, sweep: dict, up: dict):
+        cs = stage_graph.calls(_cfg(sweep), stage, _resolved(up))
+        return stage_graph.collect(stage, [_stage(c, sweep_name, parent) for c in cs])
+    return run
+
+
+def _plan_task(stage: str, task_id: str):
+    @task(task_id=task_id)
+    def plan(sweep: dict, up: dict) -> list[str]:
+        """The cells of the mapped stage, in the graph's order: its map."""
+        return [c["cell"] for c in stage_graph.calls(_cfg(sweep), stage, _resolved(up))]
+    return plan
+
+
+def _mapped_task(sweep_name: str, stage: str, heavy: dict):
+    @task(task_id=stage, map_index_template="{{ rlvr_key }}", **heavy)
+    def run(cell: str, parent: str, sweep: dict, up: dict) -> dict:
+        get_current_context()["rlvr_key"] = cell  # readable map index in the UI
+        return _stage(stage_graph.call_for(_cfg(sweep), stage, _resolved(up), cell), sweep_name, parent)
+    return run
+
+
+def _pod_stages(cfg: Sweep):
+    """Kubernetes mode: a GPU stage is a KubernetesPodOperator mapped over one pod per call.
+    The pods' argument lists need the upstream artifact URIs, so a small plan task builds
+    them at run time from the run's sweep snapshot; each pod's result comes back through the
+    XCom sidecar, labelled with its cell (``--extra``). The pods' settings (image,
+    resources) are the parse-time sweep's: they shape the operators."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from components.k8s import stage_pods  # the provider and the kubernetes client: kubernetes sweeps only
@@ -275,56 +252,22 @@ def _gpu_pods(cfg: Sweep, parent, snap, data, models):
     name, ks = cfg.name, cfg.kubernetes
     pod_op = stage_pods.operator_class()
 
-    def pod(stage: str, params: dict, inputs: dict, parent: str, cell: str, extra: dict) -> dict:
-        return stage_pods.pod_kwargs(ks, stage, params, inputs, sweep=name, parent=parent, cell=cell, extra=extra)
+    def emit(stage: str, task_id: str, parent, snap, up: dict):
+        @task(task_id=task_id)
+        def plan(parent: str, sweep: dict, up: dict) -> list[dict]:
+            """One pod's mapped kwargs per call of the stage."""
+            try:  # fail here, in a CPU worker, not as an empty pod on a GPU node
+                stage_pods.check_template(ks)
+            except stage_pods.PodSpecError as e:
+                raise AirflowFailException(f"{name}: {e}") from None
+            return [stage_pods.pod_kwargs(ks, stage, c["params"], c["inputs"], sweep=name, parent=parent,
+                                          cell=c["cell"], extra=c["extra"])
+                    for c in stage_graph.calls(_cfg(sweep), stage, _resolved(up))]
 
-    def by_model(results) -> dict:
-        return {r["model"]: r for r in _items(results)}
+        pods = pod_op.partial(**stage_pods.partial_kwargs(ks, stage))
+        return pods.expand_kwargs(plan(parent=parent, sweep=snap, up=up)).output  # the XComArg of all mapped results
 
-    @task
-    def filter_hard_args(parent: str, sweep: dict, data: dict, models: dict) -> list[dict]:
-        try:  # fail here, in a CPU worker, not as an empty pod on a GPU node
-            stage_pods.check_template(ks)
-        except stage_pods.PodSpecError as e:
-            raise AirflowFailException(f"{name}: {e}") from None
-        c = _cfg(sweep)
-        return [pod("filter_hard", c.stages.filter_hard, {"data": data["uri"], "model": models[m]["uri"]},
-                    parent, slug(m), {"model": m}) for m in c.models]
-
-    @task(task_id="seed_prefixes")
-    def seed_prefixes_cpu(parent: str, sweep: dict, hard: list) -> dict:
-        c = _cfg(sweep)
-        return {m: _stage("seed_prefixes", c.stages.seed_prefixes, {"hard": h["uri"]}, name, parent)
-                for m, h in by_model(hard).items()}
-
-    @task
-    def train_args(parent: str, sweep: dict, models: dict, hard: list, prefixes: dict) -> list[dict]:
-        c, hard = _cfg(sweep), by_model(hard)
-        return [pod("train", c.train_params(g["method"], g["seed"]),
-                    {"model": models[g["model"]]["uri"], "hard": hard[g["model"]]["uri"],
-                     "prefixes": prefixes[g["model"]]["uri"],
-                     **({"teacher": models[t]["uri"]} if (t := c.teacher_of(g["method"])) else {})},
-                    parent, g["key"], g) for g in c.grid()]
-
-    @task(task_id="eval_plan")
-    def eval_args(parent: str, sweep: dict, trains: list, models: dict, hard: list) -> list[dict]:
-        """As local mode's eval_plan, one pod per (trained or base model) x eval target."""
-        c = _cfg(sweep)
-        uris = {t["key"]: t["uri"] for t in _items(trains)}
-        uris.update({k: models[m]["uri"] for k, m in c.untrained_eval_models().items()})
-        hard = by_model(hard)
-        return [pod("evaluate", c.evaluate_params(e["label"], e["benchmark"]),
-                    {"model": uris[e["key"]], "hard": hard[e["model"]]["uri"]}, parent, e["label"],
-                    {"label": e["label"]}) for e in c.eval_cells() if e["key"] in uris]
-
-    hard = pod_op.partial(**stage_pods.partial_kwargs(ks, "filter_hard")).expand_kwargs(
-        filter_hard_args(parent, snap, data, models)).output  # the XComArg of all mapped results
-    prefixes = seed_prefixes_cpu(parent, snap, hard)
-    trains = pod_op.partial(**stage_pods.partial_kwargs(ks, "train")).expand_kwargs(
-        train_args(parent, snap, models, hard, prefixes)).output
-    evals = pod_op.partial(**stage_pods.partial_kwargs(ks, "evaluate")).expand_kwargs(
-        eval_args(parent, snap, trains, models, hard)).output
-    return trains, evals
+    return emit
 
 
 def _invalid_dag(path: Path, message: str):

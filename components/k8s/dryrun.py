@@ -6,7 +6,7 @@ Builds every sweep DAG through a DagBag, as the scheduler does, then walks the G
 of each kubernetes sweep with placeholder upstream results (dicts shaped like what
 ``rlvr run-stage`` prints, with URIs under /rlvr/artifacts that do not exist):
 
-- every ``*_args`` task's own callable gives the mapped kwargs of every pod;
+- every GPU stage's plan task's own callable gives the mapped kwargs of every pod;
 - the mapped operator renders itself with a stand-in task instance whose XCom is that
   list (``render_template_fields`` unmaps it, as a worker does), then the operator's
   ``build_pod_request_obj`` builds the Pod. By default only for the first and last pod
@@ -20,7 +20,6 @@ AIRFLOW_HOME you want. tests/k8s/test_k8s_dag.py checks its output.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -29,6 +28,8 @@ from types import SimpleNamespace
 
 from airflow.dag_processing.dagbag import DagBag
 
+from components import stage_graph
+
 RUN_ID = "manual__2025-01-01T00:00:00+00:00"
 PARENT = "0123456789abcdef0123456789abcdef"
 HEAVY = ("torch", "transformers", "mlflow", "vllm")
@@ -36,24 +37,10 @@ HEAVY = ("torch", "transformers", "mlflow", "vllm")
 
 class StandInTI(SimpleNamespace):
     """What the mapped operator and the pod builder read from a task instance: its
-    identity, and the upstream XCom (the ``*_args`` task's list) through xcom_pull."""
+    identity, and the upstream XCom (the plan task's list) through xcom_pull."""
 
     def xcom_pull(self, task_ids=None, key="return_value", default=None, map_indexes=None, **_):
         return self.xcoms[task_ids]
-
-
-def artifact(stage: str, tag: str) -> dict:
-    """A placeholder stage result shaped like `rlvr run-stage`'s, under a pod's RLVR_HOME=/rlvr."""
-    key = hashlib.sha256(f"{stage}/{tag}".encode()).hexdigest()
-    return {"stage": stage, "uri": f"/rlvr/artifacts/{stage}/{key}", "digest": key[::-1], "run_id": key[:32],
-            "cache_key": key, "cached": False, "summary": {}}
-
-
-def pod_result(kwargs: dict) -> dict:
-    """What that pod would hand back through the sidecar: a result merged with its --extra."""
-    args = kwargs["arguments"]
-    extra = json.loads(args[args.index("--extra") + 1])
-    return {**artifact(args[1], args[args.index("--extra") + 1]), **extra}
 
 
 def render(dag, stage: str, kwargs_list: list[dict], args_task: str, every: bool = False) -> list[dict]:
@@ -79,26 +66,21 @@ def render(dag, stage: str, kwargs_list: list[dict], args_task: str, every: bool
     return out
 
 
-def gpu_path(dag, cfg, every: bool = False) -> dict:
-    """filter_hard pods, then the train pods their results feed, then the evaluate pods (the
-    ``*_args`` tasks read the run's sweep snapshot: here the validated sweep file)."""
-    models, snap = cfg.models, cfg.model_dump(mode="json")
-    def call(task_id, **kw):
-        return dag.get_task(task_id).python_callable(**kw)
-
-    data = artifact("prepare_data", "x")
-    base = {m: artifact("pretrain", m) for m in cfg.pretrained_models()}   # teachers too
-    fh_args = call("filter_hard_args", parent=PARENT, sweep=snap, data=data, models=base)
-    hard = [pod_result(k) for k in fh_args]
-    prefixes = {m: artifact("seed_prefixes", m) for m in models}
-    tr_args = call("train_args", parent=PARENT, sweep=snap, models=base, hard=hard, prefixes=prefixes)
-    trains = [pod_result(k) for k in tr_args]
-    ev_args = call("eval_plan", parent=PARENT, sweep=snap, trains=trains, models=base, hard=hard)
-    return {"upstream": {"data": data, "models": base, "hard": hard, "prefixes": prefixes, "trains": trains},
-            "args": {"filter_hard": fh_args, "train": tr_args, "evaluate": ev_args},
-            "pods": {"filter_hard": render(dag, "filter_hard", fh_args, "filter_hard_args", every),
-                     "train": render(dag, "train", tr_args, "train_args", every),
-                     "evaluate": render(dag, "evaluate", ev_args, "eval_plan", every)}}
+def gpu_path(dag, cfg, mapped: dict[str, str], every: bool = False) -> dict:
+    """Each GPU stage's pods, from its plan task's own callable given the upstream results of
+    the graph's dry walk (``stage_graph.walk``: placeholder results, URIs that are a hash of
+    each call); the plan tasks read the run's sweep snapshot, here the validated sweep file."""
+    _, results = stage_graph.walk(cfg, stage_graph.dry_result)
+    snap = cfg.model_dump(mode="json")
+    upstream, args, pods = {}, {}, {}
+    for st in stage_graph.STAGES:
+        if st.name not in mapped:
+            continue
+        up = {k: results[k] for k in st.needs}
+        kwargs = dag.get_task(mapped[st.name]).python_callable(parent=PARENT, sweep=snap, up=up)
+        upstream[st.name], args[st.name] = up, kwargs
+        pods[st.name] = render(dag, st.name, kwargs, mapped[st.name], every)
+    return {"upstream": upstream, "args": args, "pods": pods}
 
 
 def main(argv: list[str]) -> None:
@@ -118,7 +100,7 @@ def main(argv: list[str]) -> None:
             "retries": t.retries} for t in dag.tasks}}
         if "kubernetes" in dag.tags and dag_id in mod.SWEEP_FILES:
             try:
-                entry.update(gpu_path(dag, load_sweep(mod.SWEEP_FILES[dag_id]), every))
+                entry.update(gpu_path(dag, load_sweep(mod.SWEEP_FILES[dag_id]), mod.MAPPED["kubernetes"], every))
             except Exception as e:  # noqa: BLE001 - reported, the test decides
                 entry["error"] = f"{type(e).__name__}: {e}"
         report["dags"][dag_id] = entry

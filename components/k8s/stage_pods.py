@@ -15,7 +15,7 @@ Two halves, because a mapped operator takes them separately:
 - ``partial_kwargs(settings, stage)``: what every pod of a stage shares (image, command,
   template, resources, retry and clean-up policy); built when the DAG is parsed.
 - ``pod_kwargs(...)``: one pod's own arguments, name, labels and env; built at run time
-  by the DAG's ``*_args`` tasks once the upstream artifact URIs exist, and passed through
+  by the DAG's plan tasks once the upstream artifact URIs exist, and passed through
   XCom to ``.expand_kwargs``, so it holds only plain JSON.
 
 Imported only when a kubernetes sweep's DAG is built: the provider pulls in the

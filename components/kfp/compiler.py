@@ -1,7 +1,7 @@
 """A sweep file compiled to a Kubeflow Pipelines v2 pipeline (IR YAML). kfp venv only.
 
-The pipeline is the stage graph of ``components/stage_graph.py``, the one the Airflow DAG
-runs (``tests/kfp/test_kfp_same_graph.py`` compares the two):
+The pipeline is emitted from the stage graph (``components/stage_graph.py``), as the
+Airflow DAG is: its stages in order, each planned from the upstream results it needs:
 
     exit handler "sweep" (end-sweep closes the MLflow parent run, FINISHED or FAILED)
       start-sweep                      snapshot of the sweep (+ the run's seeds / methods)
@@ -28,6 +28,7 @@ tampered with, and reuse start-sweep's parent run id from an earlier pipeline ru
 ``rlvr run-stage`` costs seconds and leaves the MLflow lineage right.
 """
 # no `from __future__ import annotations`: kfp reads the component signatures' annotations as objects
+import inspect
 import json
 import re
 from pathlib import Path
@@ -69,35 +70,49 @@ def _components(cfg: Sweep) -> dict:
         return dsl.ContainerSpec(image=steps_image, command=py, args=[
             "end-sweep", "--sweep-name", sweep_name, "--run", run, "--status", status])
 
-    def _up_args(**up) -> list:
-        # an upstream result only for the stages that read it (STAGES in stage_graph)
-        return [dsl.IfPresentPlaceholder(input_name=k, then=[f"--{k}", v]) for k, v in up.items()]
-
-    def plan_calls(stage: str, sweep: str, parent: str, calls: dsl.OutputPath(list), data: Optional[str] = None,
-                   models: Optional[list] = None, hard: Optional[list] = None, prefixes: Optional[list] = None,
-                   trains: Optional[list] = None, evals: Optional[list] = None, tokens: Optional[str] = None):
+    def plan_calls(stage: str, sweep: str, parent: str, calls: dsl.OutputPath(list), **up):
         return dsl.ContainerSpec(image=steps_image, command=py, args=[
-            "plan", stage, "--sweep", sweep, "--parent", parent, *_up_args(data=data, models=models, hard=hard, prefixes=prefixes,
-                                                       trains=trains, evals=evals, tokens=tokens),
-            "--calls-out", calls])
+            "plan", stage, "--sweep", sweep, "--parent", parent, *_up_args(up), "--calls-out", calls])
 
-    def plan_call(stage: str, sweep: str, params: dsl.OutputPath(str), inputs: dsl.OutputPath(str),
-                  trains: Optional[list] = None, evals: Optional[list] = None, tokens: Optional[str] = None):
+    def plan_call(stage: str, sweep: str, params: dsl.OutputPath(str), inputs: dsl.OutputPath(str), **up):
         return dsl.ContainerSpec(image=steps_image, command=py, args=[
-            "plan", stage, "--sweep", sweep, *_up_args(trains=trains, evals=evals, tokens=tokens),
-            "--params-out", params, "--inputs-out", inputs])
+            "plan", stage, "--sweep", sweep, *_up_args(up), "--params-out", params, "--inputs-out", inputs])
 
     out = {"start_sweep": _named(start_sweep, "start_sweep"), "end_sweep": _named(end_sweep, "end_sweep"),
-           "plan_calls": _named(plan_calls, "plan_calls"), "plan_call": _named(plan_call, "plan_call")}
-    for stage in stage_graph.STAGES:
-        out[stage] = _stage_component(cfg, stage)
+           "plan_calls": _planner(plan_calls, one=False), "plan_call": _planner(plan_call, one=True)}
+    for st in stage_graph.STAGES:
+        out[st.name] = _stage_component(cfg, st.name)
     return out
+
+
+def _up_args(up: dict) -> list:
+    # an upstream result only for the stages that read it (their needs in the stage graph)
+    return [dsl.IfPresentPlaceholder(input_name=k, then=[f"--{k}", v]) for k, v in up.items()]
+
+
+def _planner(fn, one: bool):
+    """``fn`` as a container component taking, beside its own arguments, each result of the
+    stage graph that a stage it plans needs (a one-call stage when ``one``, else a mapped
+    one) as an optional input: the JSON text of one result, or the list of a fan-in."""
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    needed = {k for s in stage_graph.STAGES if (s.fan == "one") == one for k in s.needs}
+    up = [inspect.Parameter(s.result, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                            annotation=Optional[str] if s.fan == "one" else Optional[list])
+          for s in stage_graph.STAGES if s.result in needed]
+    names = [p.name for p in own + up]
+
+    def component(*args):
+        given = dict(zip(names, args))
+        return fn(*(given[p.name] for p in own), **{p.name: given[p.name] for p in up})
+
+    component.__signature__ = inspect.Signature(own + up)
+    return _named(component, fn.__name__)
 
 
 def _stage_component(cfg: Sweep, stage: str):
     image = platform.pod_plan(cfg.kubernetes, cfg.name, stage, stage in GPU_STAGES)["image"]
     head = ["run-stage", stage]
-    if stage in stage_graph.SINGLE:
+    if stage_graph.BY_NAME[stage].fan == "one":
         def run(params: str, inputs: str, parent: str, result: dsl.OutputPath(str)):
             return dsl.ContainerSpec(image=image, command=["rlvr"], args=[
                 *head, "--params", params, "--inputs", inputs, "--sweep", cfg.name, "--parent-run-id", parent,
@@ -114,8 +129,8 @@ def build(cfg: Sweep):
     """The @dsl.pipeline function of one sweep."""
     comps = _components(cfg)
     sweep_json = json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
-    plans = {stage: platform.pod_plan(cfg.kubernetes, cfg.name, stage, stage in GPU_STAGES)
-             for stage in stage_graph.STAGES}
+    plans = {st.name: platform.pod_plan(cfg.kubernetes, cfg.name, st.name, st.name in GPU_STAGES)
+             for st in stage_graph.STAGES}
     own = platform.pod_plan(cfg.kubernetes, cfg.name, None, False)
 
     def step(task, plan: dict, name: str):
@@ -131,10 +146,11 @@ def build(cfg: Sweep):
                                               run=dsl.PIPELINE_JOB_ID_PLACEHOLDER), own, "start-sweep")
             parent, snap = start.outputs["parent"], start.outputs["snapshot"]
             results: dict = {}
-            for stage, needs in stage_graph.STAGES.items():
+            for st in stage_graph.STAGES:
+                stage = st.name
                 # a fresh Collected per consumer: the compiler rewrites the one it is given
-                up = {k: dsl.Collected(results[k][1]) if results[k][0] else results[k][1] for k in needs}
-                if stage in stage_graph.SINGLE:
+                up = {k: dsl.Collected(results[k][1]) if results[k][0] else results[k][1] for k in st.needs}
+                if st.fan == "one":
                     pl = step(comps["plan_call"](stage=stage, sweep=snap, **up), own, f"plan-{stage}")
                     run = step(comps[stage](params=pl.outputs["params"], inputs=pl.outputs["inputs"], parent=parent),
                                plans[stage], stage)
@@ -148,7 +164,7 @@ def build(cfg: Sweep):
                         run = step(comps[stage](params=c.params, inputs=c.inputs, extra=c.extra, parent=c.parent),
                                    plans[stage], stage)
                     res = (True, run.outputs["result"])  # fan-in: the list of every cell's result
-                results[stage_graph.RESULT_NAME[stage]] = res
+                results[st.result] = res
 
     return sweep_pipeline
 

@@ -36,7 +36,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -113,8 +112,9 @@ def _dry_start(cmd: list[str]) -> int:
 
 
 def _dry_stage(cmd: list[str]) -> int:
-    res = stage_graph.dry_result(cmd[2], json.loads(_opt(cmd, "--params")), json.loads(_opt(cmd, "--inputs")),
-                                 json.loads(_opt(cmd, "--extra") or "{}"))
+    c = stage_graph.call(cmd[2], "", json.loads(_opt(cmd, "--params")), json.loads(_opt(cmd, "--inputs")),
+                         json.loads(_opt(cmd, "--extra") or "{}"))
+    res = stage_graph.labelled(stage_graph.dry_result(c), c)
     out = Path(_opt(cmd, "--xcom-file"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, sort_keys=True) + "\n")

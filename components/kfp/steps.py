@@ -28,9 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components import stage_graph
 from components.sweep import Sweep, SweepError, parse_sweep
 
-UPSTREAM = ("data", "models", "hard", "prefixes", "trains", "evals", "tokens")
+UPSTREAM = tuple(s.result for s in stage_graph.STAGES)
 RUN_TAG_PREFIX = "kfp/"   # value of the parent run's orchestrator-run tag: kfp/<pipeline run id>
 
 
@@ -73,7 +74,6 @@ def serialised(c: dict, parent: str) -> dict[str, str]:
 
 
 def plan(stage: str, sweep: dict, up: dict[str, Any], parent: str = "") -> list[dict[str, str]]:
-    from components import stage_graph
     cfg = parse_sweep(sweep, f"<sweep snapshot of {sweep.get('name', '?')}>")
     try:
         return [serialised(c, parent) for c in stage_graph.calls(cfg, stage, up)]

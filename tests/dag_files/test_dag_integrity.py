@@ -107,9 +107,10 @@ def test_dagbag(tmp_path):
         # start_sweep (the run keeps its parent run and sweep snapshot)
         assert tasks["end_sweep"]["teardown"] and not tasks["start_sweep"]["setup"]
         assert "tables" in tasks["end_sweep"]["upstream"]
-        if not k8s:  # the grid is mapped from the run's snapshot, not fixed at parse time
+        if not k8s:  # train is mapped over the grid task's cells, from the run's snapshot
             assert tasks["train"]["upstream"] == sorted(["filter_hard", "grid", "pretrain", "seed_prefixes",
                                                          "start_sweep"])
+            assert tasks["grid"]["upstream"] == sorted(["filter_hard", "pretrain", "seed_prefixes", "start_sweep"])
         # trigger form: what a user changes per run, defaults from the file
         params = d["params"]
         assert set(params) == {"seeds", "methods", "rerun"}

@@ -19,9 +19,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from components import lineage
+from components import lineage, stage_graph
 from components.k8s.settings import DEFAULT_RESOURCES
-from components.sweep import load_sweep, slug
+from components.sweep import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -38,7 +38,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Local mode's DAG shape (task -> (class, sorted upstream, map_index_template)), which
 # kubernetes mode must leave unchanged; start_sweep (the run's sweep snapshot) feeds every
-# task, ``grid`` maps train.
+# task, ``grid`` maps train and ``eval_plan`` evaluate.
 # The embedded demo and tests/test_pipeline_e2e.py depend on these ids.
 _PY, _MAP = "_PythonDecoratedOperator", "DecoratedMappedOperator"
 LOCAL_SHAPE = {
@@ -47,10 +47,10 @@ LOCAL_SHAPE = {
     "pretrain": (_PY, ["prepare_data", "start_sweep"], None),
     "filter_hard": (_PY, ["prepare_data", "pretrain", "start_sweep"], None),
     "seed_prefixes": (_PY, ["filter_hard", "start_sweep"], None),
-    "grid": (_PY, ["start_sweep"], None),   # the train cells of the run's sweep snapshot
+    "grid": (_PY, ["filter_hard", "pretrain", "seed_prefixes", "start_sweep"], None),   # train's cells
     "train": (_MAP, ["filter_hard", "grid", "pretrain", "seed_prefixes", "start_sweep"], "{{ rlvr_key }}"),
-    "eval_plan": (_PY, ["pretrain", "start_sweep", "train"], None),
-    "evaluate": (_MAP, ["eval_plan", "filter_hard", "start_sweep"], "{{ rlvr_key }}"),
+    "eval_plan": (_PY, ["filter_hard", "pretrain", "start_sweep", "train"], None),
+    "evaluate": (_MAP, ["eval_plan", "filter_hard", "pretrain", "start_sweep", "train"], "{{ rlvr_key }}"),
     "tokens": (_PY, ["start_sweep", "train"], None),
     "tables": (_PY, ["evaluate", "start_sweep", "tokens", "train"], None),
     "end_sweep": (_PY, ["start_sweep", "tables"], None),
@@ -144,24 +144,6 @@ def test_kubernetes_task_graph(report):
         assert tasks["end_sweep"]["teardown"] and "tables" in up["end_sweep"]
 
 
-def _expected_cells(cfg, stage: str, up: dict) -> list[tuple[str, dict, dict, dict]]:
-    """(cell label, params, inputs, extra) of every pod, from the sweep model: each pod's
-    inputs are the upstream artifacts of ITS model (or its trained run)."""
-    hard = {h["model"]: h["uri"] for h in up["hard"]}
-    base = {m: r["uri"] for m, r in up["models"].items()}
-    if stage == "filter_hard":
-        return [(slug(m), cfg.stages.filter_hard, {"data": up["data"]["uri"], "model": base[m]}, {"model": m})
-                for m in cfg.models]
-    if stage == "train":
-        return [(c["key"], cfg.train_params(c["method"], c["seed"]),
-                 {"model": base[c["model"]], "hard": hard[c["model"]], "prefixes": up["prefixes"][c["model"]]["uri"]},
-                 c) for c in cfg.grid()]
-    trained = {t["key"]: t["uri"] for t in up["trains"]}
-    return [(c["label"], cfg.evaluate_params(c["label"], c["benchmark"]),
-             {"model": trained.get(c["key"], base[c["model"]]), "hard": hard[c["model"]]}, {"label": c["label"]})
-            for c in cfg.eval_cells()]
-
-
 def test_every_pod_runs_a_valid_rlvr_run_stage_line(report, monkeypatch):
     monkeypatch.delenv(lineage.OVERRIDES_ENV, raising=False)  # the real stages' Params
     n_pods = 0
@@ -171,9 +153,11 @@ def test_every_pod_runs_a_valid_rlvr_run_stage_line(report, monkeypatch):
             declared = lineage.load_stage(stage).INPUTS
             required = {i for i in declared if not i.endswith("*")}   # "name*": optional input
             known = {i.rstrip("*") for i in declared}
-            expected, pods = _expected_cells(cfg, stage, d["upstream"]), d["args"][stage]
+            # the graph's calls (tests/dag_files/test_dag_graph.py: the DAG makes exactly these)
+            expected, pods = stage_graph.calls(cfg, stage, d["upstream"][stage]), d["args"][stage]
             assert len(pods) == len(expected) > 0, (name, stage)
-            for (cell, params, inputs, extra), kw in zip(expected, pods):
+            for c, kw in zip(expected, pods):
+                cell, params, inputs, extra = c["cell"], c["params"], c["inputs"], c["extra"]
                 args = kw["arguments"]
                 assert args[:2] == ["run-stage", stage] and args[-2:] == ["--xcom-file", "/airflow/xcom/return.json"]
                 assert _arg(args, "--sweep") == cfg.name and _arg(args, "--parent-run-id") == PARENT

@@ -9,7 +9,6 @@ committed credentials.
 """
 from __future__ import annotations
 
-import base64
 import re
 import shutil
 import subprocess

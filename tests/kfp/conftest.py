@@ -1,6 +1,6 @@
 """Fixtures of the Kubeflow tests. The compiler runs in the kfp environment (.venv-kfp,
-`make kfp-env`), the Airflow side and the stages in this one; each side runs once per session
-in its own subprocess and the tests read their JSON reports.
+`make kfp-env`), the plan steps and the stages in this one; the kfp side runs once per session
+in its own subprocess and the tests read its JSON report.
 
 Without .venv-kfp the tests that need it are skipped, naming `make kfp-env`; in CI (CI set)
 they fail instead: .ci/run builds the environment first.
@@ -33,19 +33,7 @@ def kfp_report(kfp_python, tmp_path_factory) -> tuple[Path, dict]:
                         *map(str, SWEEPS)], cwd=REPO,
                        env=clean_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    # kfp.local's threaded print indentation once leaked a wrapper per task: 900 MB of spaces
-    # and minutes per task on the 181-step vigor_table1 (components/kfp/local.py:_plain_print)
+    # kfp.local's threaded print indentation leaks a wrapper per task unless
+    # components/kfp/local.py:_plain_print stops it: output then grows with every step
     assert len(r.stdout) < 20_000_000, f"kfp_side.py printed {len(r.stdout):,} characters"
     return out, last_json(r.stdout)
-
-
-@pytest.fixture(scope="session")
-def airflow_report(tmp_path_factory) -> dict:
-    """Every sweep's Airflow DAG walked with recorded stage calls (tests/kfp/airflow_calls.py)."""
-    root = tmp_path_factory.mktemp("airflow")
-    env = clean_env(AIRFLOW_HOME=str(root), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-                    AIRFLOW__LOGGING__LOGGING_LEVEL="ERROR", AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"))
-    r = subprocess.run([sys.executable, str(HERE / "airflow_calls.py"), str(REPO / "dags")], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return last_json(r.stdout)

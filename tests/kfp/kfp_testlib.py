@@ -18,3 +18,11 @@ def clean_env(**extra) -> dict:
 
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
+
+
+def compiled(kfp_report: tuple[Path, dict], sweep: Path) -> tuple[dict, Path]:
+    """One sweep's entry of tests/kfp/kfp_side.py's report and its compiled pipeline file."""
+    out, report = kfp_report
+    entry = report[str(sweep)]
+    assert "error" not in entry, entry.get("error")
+    return entry, out / f"{sweep.stem}.yaml"

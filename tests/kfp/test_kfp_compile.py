@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kfp_testlib import HERE, REPO, SWEEPS, clean_env, last_json
+from kfp_testlib import HERE, REPO, SWEEPS, clean_env, compiled, last_json
 
 from components.k8s.settings import GPU_STAGES, KubernetesSettings
 from components.sweep import load_sweep
@@ -65,9 +65,7 @@ def all_tasks(spec: dict):
 @pytest.mark.parametrize("sweep", SWEEPS, ids=lambda p: p.stem)
 def test_every_sweep_compiles_and_validates(sweep, kfp_report):
     cfg = load_sweep(sweep)
-    out, report = kfp_report
-    r = report[str(sweep)]
-    assert "error" not in r, r.get("error")
+    r, ir = compiled(kfp_report, sweep)
     v = r["validate"]
     assert v["name"] == f"rlvr-{cfg.name.lower().replace('_', '-')}" and v["sdk"] == "kfp-2.17.3"
     assert v["executors"] == v["platform_executors"]  # every executor has its pod settings
@@ -76,7 +74,7 @@ def test_every_sweep_compiles_and_validates(sweep, kfp_report):
     ks = cfg.kubernetes
     trainer = ks.image if ks else KubernetesSettings().image
     assert v["images"] == sorted({PIPELINE_IMAGE, trainer})
-    spec, _ = docs(out / f"{sweep.stem}.yaml")
+    spec, _ = docs(ir)
     gpus = {stage_of(ex["container"]): int(g["count"]) for label, g in v["gpus"].items()
             for lbl, ex in spec["deploymentSpec"]["executors"].items() if lbl == label}
     assert gpus == ({s: ks.for_stage(s).gpus for s in GPU_STAGES if ks.for_stage(s).gpus} if ks else {})

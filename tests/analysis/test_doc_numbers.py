@@ -21,8 +21,8 @@ PAGES = ["README.md"] + sorted(p.relative_to(REPO).as_posix() for p in (REPO / "
 WRITTEN_ELSEWHERE = {"docs/orchestration.md": "the stage-graph branch", "docs/grading.md": "the grading branch",
                      "docs/engine.md": "the engine branch"}
 
-# blocks a script writes: scripts/readme_tables.py's (rlvr:NAME) and a page generator's (generated:NAME)
-GENERATED = re.compile(r"<!-- (?P<k>rlvr|generated):(?P<n>[A-Za-z0-9_.-]+) -->\n.*?<!-- /(?P=k):(?P=n)[^>]*-->", re.S)
+# blocks a script writes: scripts/readme_tables.py's (rlvr:NAME), a page generator's (generated:NAME), a bench's (bench:NAME)
+GENERATED = re.compile(r"<!-- (?P<k>rlvr|generated|bench):(?P<n>[A-Za-z0-9_.-]+) -->\n.*?<!-- /(?P=k):(?P=n)[^>]*-->", re.S)
 FENCED = re.compile(r"```.*?```", re.S)
 INLINE = re.compile(r"`[^`\n]*`")
 MEASUREMENT = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|GB|GiB|MB|KB|%|x"
@@ -47,7 +47,7 @@ def test_readme_stage_table_is_the_stage_graph():
     text = (REPO / "README.md").read_text()
     table = text.split("## What the demo shows", 1)[1].split("\n\n| stage |", 1)[1].split("\n\n", 1)[0]
     names = re.findall(r"(?m)^\| `(\w+)` \|", table)
-    assert names == list(stage_graph.STAGES), names
+    assert names == [s.name for s in stage_graph.STAGES], names
 
 
 @pytest.mark.parametrize("page", PAGES)

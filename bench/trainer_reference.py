@@ -52,6 +52,12 @@ CASES: dict[str, dict] = {
     "vip": {"method": "vip", "method_config": {"budget_per_prompt": 4}},
     "vigor": {"method": "vigor"},
     "pods": {"method": "pods", "method_config": {"n": 8, "m": 4}},
+    "vsr_no_scoring": {"method": "vsr_no_scoring", "method_config": {"n": 4}},
+    "vsr_no_recency": {"method": "vsr_no_recency", "method_config": {"n": 4, "freeze_after": 1}},
+    "static_prefix": {"method": "static_prefix", "method_config": {"n": 4}},
+    "vip_graph": {"method": "vip_graph", "method_config": {"budget_per_prompt": 4}},
+    "vigor_graph": {"method": "vigor_graph"},
+    "greso_graph": {"method": "greso_graph", "method_config": {"n": 4}},
 }
 
 

@@ -89,7 +89,7 @@ def main() -> None:
             t0 = time.monotonic()
             trainer = EmbeddedTrainer(cfg, model, tok, grade, NullTracker())
             with tempfile.TemporaryDirectory() as work:
-                summary = trainer.fit(train, held, {"teacher": args.teacher}, Path(work), progress=False)
+                summary = trainer.fit(train, held, {"teacher": args.teacher}, Path(work))
             acc = [h["val/accuracy"] for h in trainer.history if "val/accuracy" in h]
             cont = [h["method/continued_frac"] for h in trainer.history if "method/continued_frac" in h]
             wall = time.monotonic() - t0

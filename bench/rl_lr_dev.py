@@ -62,7 +62,7 @@ def main() -> None:
         trainer = EmbeddedTrainer(cfg, model, tok, grade, NullTracker())
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as work:
-            trainer.fit(train, [], {}, Path(work), progress=False)
+            trainer.fit(train, [], {}, Path(work))
         secs = time.monotonic() - t0
         rewards = [h["reward/mean"] for h in trainer.history if "reward/mean" in h]
         after = np.asarray(pass_rates(trainer.model, tok, dev, grade, a.k, 1.0, 128, seed=777))

@@ -153,7 +153,7 @@ class EmbeddedTrainer(FitLoop):
 
     # ------------------------------------------------------------------ entry points
     def fit(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
-            work_dir: Path, on_step: Callable[[int], None] | None = None, progress: bool = True) -> dict[str, Any]:
+            work_dir: Path, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         self.ckpt_root = work_dir / "checkpoints"
         return self.run_loop(problems, val_problems, resources, self.tok, on_step=on_step)
 

@@ -28,7 +28,8 @@ def main(model_dir: str, hard_dir: str, lrs: list[float]) -> None:
     from components.stages.common import grade_fn, load_model
     from components.trainer.sequences import build_sequences, response_logprobs
     from components.trainer.train_config import TrainConfig
-    from components.trainer.embedded import EmbeddedTrainer, group_advantages
+    from components.algos.advantages import adv_estimator
+    from components.trainer.embedded import EmbeddedTrainer
 
     torch.set_num_threads(1)
     model, tok = load_model(Path(model_dir))
@@ -43,7 +44,7 @@ def main(model_dir: str, hard_dir: str, lrs: list[float]) -> None:
         grade.grader.close()
     seqs = build_sequences(groups, tok.pad_token_id)
     mask = seqs.response_mask
-    adv = group_advantages(seqs, "grpo")
+    adv = adv_estimator("grpo")(seqs, None)
     model.eval()
     with torch.no_grad():
         logp0, ent = response_logprobs(model, seqs.input_ids, seqs.attention, with_entropy=True)

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from components.agentic.methods import build_episodic  # noqa: E402
-from components.agentic.rollout import EpisodeRun, TurnRecord  # noqa: E402
+from components.agentic.rollout import EpisodeContext, EpisodeRun, TurnRecord  # noqa: E402
+from components.methods.registry import build  # noqa: E402
 
 WORDS = ("up", "down", "left", "right")
 
@@ -44,19 +44,24 @@ def play(starts, rng: np.random.Generator, horizon: int, success: float) -> list
 
 
 def decision_ms(updates: int, batch_seeds: int, n: int, horizon: int, success: float, seed: int) -> list[float]:
-    m = build_episodic("trace", {"n": n, "horizon": horizon})
+    m = build("trace", {"n": n, "horizon": horizon}, task="agentic")
     rng = np.random.default_rng(seed)
     m.setup(list(range(64)), {})
-    out = []
+    out, t_play = [], [0.0]
+
+    def timed_play(starts, _seed):
+        t = time.perf_counter()
+        runs = play(starts, rng, horizon, success)
+        t_play[0] += time.perf_counter() - t
+        return runs
+
     for step in range(updates):
         batch = rng.choice(64, size=batch_seeds, replace=False).tolist()
+        t_play[0] = 0.0
         t0 = time.perf_counter()
-        starts = m.starts(batch, step, rng)
-        t_starts = time.perf_counter() - t0
-        runs = play(starts, rng, horizon, success)
-        t0 = time.perf_counter()
-        m.observe(runs, step)
-        out.append(1e3 * (t_starts + time.perf_counter() - t0))
+        groups = m.rollout(batch, EpisodeContext(timed_play, 0, step), rng)
+        m.observe(groups)
+        out.append(1e3 * (time.perf_counter() - t0 - t_play[0]))   # the method's decisions only
     return out
 
 

@@ -37,7 +37,7 @@ import torch
 from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.rollout import (EpisodeContext, EpisodeGroup, EpisodeRun, Start, episode_runs,
                                         prompt_encoder, rollout_episodes, success_rate, to_gigpo_episodes)
-from components.algos.gigpo import gigpo_advantages
+from components.algos.advantages import adv_estimator
 from components.algos.losses import pg_token_losses
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
@@ -51,11 +51,9 @@ __all__ = ["EpisodeLoop", "EpisodeTrainer", "turn_rows", "success_rate"]
 
 def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group]:
     """One ``Group`` (one row) per generated turn, its advantage in ``meta['advantages']``."""
-    adv = gigpo_advantages(to_gigpo_episodes(runs), gamma=cfg.gamma,
-                           step_weight=cfg.step_weight if cfg.adv_estimator == "gigpo" else 0.0,
-                           mode=cfg.gigpo_mode, episode_stats=cfg.episode_stats)
+    adv = adv_estimator(cfg.adv_estimator)(to_gigpo_episodes(runs), cfg)
     rows = []
-    for i, (run, a) in enumerate(zip(runs, adv.advantages)):
+    for i, (run, a) in enumerate(zip(runs, adv)):
         for t, (turn, at) in enumerate(zip(run.turns, a)):
             rows.append(Group(uid=f"{run.start.group_id()}#{i}.{t}", problem_uid=str(run.start.seed), answer="",
                               context_ids=turn.context_ids, prompt_len=len(turn.context_ids),

@@ -36,7 +36,7 @@ from components.agentic.trainer import EpisodeLoop, turn_rows
 from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
                                               serialized_training_rows,
                                               turn_training_rows)
-from components.algos.gigpo import gigpo_advantages
+from components.algos.advantages import adv_estimator
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.registry import build
 from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices, update_actor_on_rows
@@ -132,10 +132,7 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
         if self.layout == "turns":
             data = turn_training_rows(turn_rows(runs, c), self.tokenizer.pad_token_id, self.response_length)
         else:
-            adv = gigpo_advantages(to_gigpo_episodes(runs), gamma=c.gamma,
-                                   step_weight=c.step_weight if c.adv_estimator == "gigpo" else 0.0,
-                                   mode=c.gigpo_mode, episode_stats=c.episode_stats)
-            data = serialized_training_rows(out, runs, adv.advantages)
+            data = serialized_training_rows(out, runs, adv_estimator(c.adv_estimator)(to_gigpo_episodes(runs), c))
         nonzero = (data.batch["advantages"] != 0).any(-1)
         stats = {"rows": float(len(data)), "trained_rows": float(nonzero.sum()),
                  "adv_nonzero_frac": float(nonzero.float().mean()),

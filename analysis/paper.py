@@ -72,7 +72,7 @@ VSR_BABYAI: list[dict[str, Any]] = [
      "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": method, "benchmark": "babyai",
      "metric": f"success (run {i + 1})", "value": v, "note": "independent training run; 128 map seeds per level"}
     for method, runs in VSR_BABYAI_RUNS.items() for i, v in enumerate(runs)]
-# our method names on episodes (components/agentic/methods.py) -> the paper's agentic names
+# our method names on episodes (components/methods/registry.py) -> the paper's agentic names
 AGENTIC_METHODS = {"grpo": "gigpo", "vsr": "vsr_gigpo", "vsr_no_scoring": "uniform_gigpo"}
 
 # ------------------------------------------------------------------ VIGOR (Jiang et al., arXiv 2607.22002)

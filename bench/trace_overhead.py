@@ -1,7 +1,6 @@
 """TRACE's per-update decision overhead (``starts`` + ``observe``: anchor scoring, the draw,
-the predictor's online logistic steps, anchor bookkeeping) at an agentic sweep's shapes, as a
-ratio to fresh groups' (``grpo``, the baseline) on the same synthetic episodes in the same run,
-and, given the sweep's store, to the measured wall time of a TRACE training update.
+the predictor's online logistic steps, anchor bookkeeping) at an agentic sweep's shapes, and,
+given the sweep's store, its ratio to the measured wall time of a TRACE training update.
 
 The episodes are synthetic (random action words, lengths 1..horizon, a success share like the
 embedded Sokoban policy's), so only TRACE's own work is timed; the anchor pool grows as in a
@@ -17,11 +16,10 @@ import os
 import statistics
 import time
 
-
 import numpy as np
 
-from components.agentic.methods import build_episodic
-from components.agentic.rollout import EpisodeRun, TurnRecord
+from components.agentic.rollout import EpisodeContext, EpisodeRun, TurnRecord
+from components.methods.registry import build
 
 WORDS = ("up", "down", "left", "right")
 
@@ -43,19 +41,24 @@ def play(starts, rng: np.random.Generator, horizon: int, success: float) -> list
 
 def decision_ms(method: str, config: dict, updates: int, batch_seeds: int, horizon: int, success: float,
                 seed: int) -> list[float]:
-    m = build_episodic(method, config)
+    m = build(method, config, task="agentic")
     rng = np.random.default_rng(seed)
     m.setup(list(range(64)), {})
-    out = []
+    out, t_play = [], [0.0]
+
+    def timed_play(starts, _seed):
+        t = time.perf_counter()
+        runs = play(starts, rng, horizon, success)
+        t_play[0] += time.perf_counter() - t
+        return runs
+
     for step in range(updates):
         batch = rng.choice(64, size=batch_seeds, replace=False).tolist()
+        t_play[0] = 0.0
         t0 = time.perf_counter()
-        starts = m.starts(batch, step, rng)
-        t_starts = time.perf_counter() - t0
-        runs = play(starts, rng, horizon, success)
-        t0 = time.perf_counter()
-        m.observe(runs, step)
-        out.append(1e3 * (t_starts + time.perf_counter() - t0))
+        groups = m.rollout(batch, EpisodeContext(timed_play, 0, step), rng)
+        m.observe(groups)
+        out.append(1e3 * (time.perf_counter() - t0 - t_play[0]))   # the method's decisions only
     return out
 
 

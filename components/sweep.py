@@ -34,8 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
 from components.k8s.settings import KubernetesSettings
-from components.agentic.registry import available as episodic_available
-from components.methods.registry import available
+from components.methods import registry
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -44,14 +43,9 @@ class SweepError(ValueError):
     """A sweep file is unusable; ``str(err)`` is one line naming file and field."""
 
 
-# the method registry of each task (``stages.train.task``; none = math): names only, no torch
-_TASK_METHODS = {None: available, "agentic": episodic_available}
-
-
 def known_methods(task: str | None = None) -> tuple[str, ...]:
-    """The methods registered for ``task`` (``components.methods.registry`` for math,
-    ``components.agentic.registry`` for agentic): names only, no torch."""
-    return tuple(_TASK_METHODS[task]())
+    """The methods that apply to ``task`` (``stages.train.task``; none = math): names only, no torch."""
+    return tuple(registry.available(task or "math"))
 
 
 def slug(text: str) -> str:
@@ -179,16 +173,16 @@ class Sweep(_Strict):
         # params), which may import torch; this runs at DAG-parse time and must not
         tasks = {m: self.task_of(m) for m in [*self.methods, *self.method_config, *self.method_train]}
         for m, task in tasks.items():
-            if task not in _TASK_METHODS:
+            if (task or "math") not in registry.TASKS:
                 where = f"method_train.{m}" if "task" in self.method_train.get(m, {}) else "stages.train"
-                known_tasks = ", ".join(t for t in _TASK_METHODS if t)
+                known_tasks = ", ".join(t for t in registry.TASKS if t != "math")
                 raise FieldError(f"{where}.task", f"unknown task {task!r} (known: {known_tasks}; none = math)")
         for field in ("methods", "method_config", "method_train"):
             for m in getattr(self, field):
-                known = known_methods(tasks[m])
-                if m not in known:
-                    on = "" if tasks[m] is None else f" for task {tasks[m]}"
-                    raise FieldError(field, f"unknown method {m!r}{on} (known: {', '.join(known)})")
+                try:
+                    registry.entry(m, tasks[m] or "math")
+                except KeyError as e:
+                    raise FieldError(field, e.args[0]) from None
         return self
 
     @model_validator(mode="after")

@@ -102,11 +102,14 @@ def test_missing_file(tmp_path):
 def test_methods_come_from_the_registry(tmp_path, monkeypatch):
     from components.methods import registry
 
-    assert sw.known_methods() == tuple(registry.available())
+    assert sw.known_methods() == tuple(registry.available("math"))
     mine = BASE.replace("[grpo, vsr]", "[grpo, mine]").replace("  vsr: {rho", "  mine: {rho")
     assert "unknown method 'mine'" in err(tmp_path, mine)
-    monkeypatch.setitem(registry._METHODS, "mine", "plugin.module:Mine")   # a plug-in, registered by name
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    registry.register("mine", "plugin.module:Mine")   # a plug-in, registered by name
     assert load_sweep(write(tmp_path, mine)).methods == ["grpo", "mine"]
+    registry.register("mine", "plugin.module:Mine", tasks=("agentic",))
+    assert "s.yaml: methods: method 'mine' does not apply to task math (applies to: agentic;" in err(tmp_path, mine)
 
 
 def test_import_is_light():

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from components.error_text import FieldError, validation_problem
 from components.stages.base import StageParams
+from components.trainer.train_config import check_method
 
 
 class EpisodeTrainConfig(StageParams):
@@ -41,16 +41,6 @@ class EpisodeTrainConfig(StageParams):
     val_seeds: int = Field(32, ge=0, description="held-out map seeds for validation (1 episode each)")
 
     @model_validator(mode="after")
-    def _method_episodic(self):
-        from components.agentic.registry import method_class
-
-        try:
-            cls = method_class(self.method)
-        except KeyError as e:
-            raise FieldError("method", e.args[0]) from None
-        try:   # reported as the math trainer's config reports it (train_config.TrainConfig)
-            cls.Config(**self.method_config)
-        except ValidationError as e:
-            field, problem = validation_problem(e, unknown="unknown parameter")
-            raise FieldError(f"method_config.{field}", f"{problem} (method {self.method})") from None
+    def _method_known(self):
+        check_method(self.method, self.method_config, "agentic")
         return self

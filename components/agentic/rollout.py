@@ -19,15 +19,15 @@ same episodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 from components.algos.gigpo import Episode
 from components.engine.base import RolloutEngine, Request, SamplingParams
 from components.envs.base import EnvError
 
-__all__ = ["Start", "TurnRecord", "EpisodeRun", "rollout_episodes", "to_gigpo_episodes", "prompt_encoder",
-           "success_rate"]
+__all__ = ["Start", "TurnRecord", "EpisodeRun", "EpisodeGroup", "EpisodeContext", "rollout_episodes",
+           "to_gigpo_episodes", "prompt_encoder", "success_rate"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,79 @@ class EpisodeRun:
     @property
     def episode_return(self) -> float:
         return float(sum(t.reward for t in self.turns))
+
+
+@dataclass
+class EpisodeGroup:
+    """A start's episodes: what a method sees of them, under the names of a math ``Group``
+    (``problem_uid`` is the map seed, a reward is 1 for a solved episode)."""
+    start: Start
+    runs: list[EpisodeRun]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def uid(self) -> str:
+        return self.start.group_id()
+
+    @property
+    def problem_uid(self) -> int:
+        return self.start.seed
+
+    @property
+    def rewards(self) -> list[float]:
+        return [float(r.won) for r in self.runs]
+
+    @property
+    def is_replay(self) -> bool:
+        return bool(self.start.prefix)
+
+    @property
+    def prefix_len(self) -> int:
+        return len(self.start.prefix)
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def mixed(self) -> bool:
+        return len(set(self.rewards)) > 1
+
+    def trajectory(self, i: int, eos: int | None = None) -> list[str]:
+        """Episode ``i``'s actions from reset (replayed prefix, then generated replies)."""
+        return list(self.runs[i].actions)
+
+
+@dataclass
+class EpisodeContext:
+    """What a method uses to roll out episodes: the episodic counterpart of
+    ``components.methods.base.RolloutContext`` (an item is a :class:`Start`). One
+    ``sample_groups`` call plays every start's episodes together, with the step's seed."""
+    play: Callable[[Sequence[Start], int], list[EpisodeRun]]
+    seed: int
+    step: int = 0
+
+    def prompt_items(self, seeds: Sequence[int]) -> list[Start]:
+        return [Start(int(s), (), f"{s}") for s in seeds]
+
+    def replay_item(self, seed: int, actions: Sequence[str], cut: int) -> Start:
+        """The start that continues an episode of ``seed`` after its first ``cut`` actions."""
+        return Start(int(seed), tuple(actions[:cut]), f"{seed}@{cut}")
+
+    def sample_groups(self, items: Sequence[Start], n: int | Sequence[int]) -> list[EpisodeGroup]:
+        ns = [n] * len(items) if isinstance(n, int) else list(n)
+        starts = [replace(s, n=k) for s, k in zip(items, ns)]
+        runs = self.play(starts, self.seed) if starts else []
+        out, i = [], 0
+        for s in starts:
+            out.append(EpisodeGroup(s, runs[i:i + s.n]))
+            i += s.n
+        return out
+
+
+def episode_runs(groups: Sequence[EpisodeGroup]) -> list[EpisodeRun]:
+    """Every group's runs in order (the order they were played in)."""
+    return [r for g in groups for r in g.runs]
 
 
 def _encode(tokenizer, text: str) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """TRACE: Tree Rollout Allocation for Contrastive Exploration (Zou et al., arXiv 2606.11119;
-known from its abstract; no public code). An episodic method
-(``components.agentic.methods`` protocol: ``starts`` -> episodes -> ``observe``). Rules, the
+known from its abstract; no public code). A method for episodes only (its anchors are turn
+prefixes; ``components.methods.registry`` refuses it on math). Rules, the
 abstract sentence each comes from, and our choices ([ours], knobs of :class:`TRACEConfig`):
 
 1. "modeling each ReAct-style thought-action-observation turn as a semantically distinct
@@ -8,8 +8,8 @@ abstract sentence each comes from, and our choices ([ours], knobs of :class:`TRA
    further continuations, which naturally forms tree-structured rollouts." Anchors are the
    batch's map seeds (roots, no action yet) and turn prefixes (seed, first i actions) of
    episodes already played, 0 < i < episode length; a group of ``n`` continuations from an
-   anchor is a new subtree, whose own prefixes become anchors in turn. [ours] The episodic
-   protocol plays one round per update, so the tree grows across updates: an anchor is a
+   anchor is a new subtree, whose own prefixes become anchors in turn. [ours] A method
+   plays one round per update, so the tree grows across updates: an anchor is a
    prefix of an episode of the last ``window_steps`` updates (at most ``max_anchors``, the
    newest kept).
 2. "TRACE allocates rollout budget to both prompt roots and intermediate prefixes that are
@@ -36,8 +36,8 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
-from components.agentic.rollout import EpisodeRun, Start
-from components.methods.base import MethodConfig
+from components.agentic.rollout import EpisodeContext, EpisodeGroup, Start, episode_runs
+from components.methods.base import Method, MethodConfig
 
 DIM = 7
 
@@ -80,7 +80,7 @@ class TRACEConfig(MethodConfig):
     p0_default: float = Field(0.0, ge=0.0, le=1.0)
 
 
-class TRACE:
+class TRACE(Method):
     name = "trace"
     Config = TRACEConfig
 
@@ -105,10 +105,10 @@ class TRACE:
     def predict(self, rows: Sequence[list]) -> np.ndarray:
         return sigmoid(np.stack([self.phi(a) for a in rows]) @ self.w) if rows else np.zeros(0)
 
-    def starts(self, batch: Sequence[int], step: int, rng: np.random.Generator) -> list[Start]:
-        self.step = step
+    def rollout(self, batch: Sequence[int], ctx: EpisodeContext, rng: np.random.Generator) -> list[EpisodeGroup]:
+        self.step = ctx.step
         self._evict()
-        pool = [[int(s), [], 0, 0.0, 0, 0.0, step] for s in batch] + list(self.anchors.values())
+        pool = [[int(s), [], 0, 0.0, 0, 0.0, self.step] for s in batch] + list(self.anchors.values())
         p = self.predict(pool)
         picked = draw(p * (1 - p), len(batch), self.config.score_floor, self.config.selection, rng)
         out = []
@@ -119,12 +119,12 @@ class TRACE:
         roots = sum(1 for s in out if not s.prefix)
         self.last = {"roots": float(roots), "prefixes": float(len(out) - roots), "anchors": float(len(self.anchors)),
                      "p_hat_mean": float(np.mean([dict(s.meta)["p_hat"] for s in out])) if out else math.nan}
-        return out
+        return ctx.sample_groups(out, self.config.n)
 
     # ---- learning -----------------------------------------------------------------------
-    def observe(self, runs: Sequence[EpisodeRun], step: int) -> None:
-        c = self.config
-        self.step = step
+    def observe(self, groups: Sequence[EpisodeGroup]) -> None:
+        c, step = self.config, self.step
+        runs = episode_runs(groups)
         X, y = [], []
         by_group: dict[str, list[EpisodeRun]] = {}
         for r in runs:
@@ -162,7 +162,7 @@ class TRACE:
         while len(self.anchors) > self.config.max_anchors:   # insertion order: oldest first
             del self.anchors[next(iter(self.anchors))]
 
-    def episodes_per_step(self, batch_size: int) -> int:
+    def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
 
     def step_stats(self) -> dict[str, float]:

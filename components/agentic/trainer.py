@@ -4,9 +4,10 @@ The loop is the math trainer's (batches of seeded epochs, rollout, observe, upda
 validation, checkpoint, resume); :class:`EpisodeLoop` supplies the episode-specific hooks and
 :class:`EpisodeTrainer` the embedded backend's parts:
 
-* the training items are map seeds; the method (``components.agentic.methods``) picks start
-  states (map seeds, replayed turn prefixes) for the step's batch of seeds
-  (``starts``), and ``play`` generates their episodes turn by turn
+* the training items are map seeds; the method (``components.methods.registry``, the same
+  methods as on math) picks start states (map seeds, replayed turn prefixes) for the step's
+  batch of seeds through an :class:`~components.agentic.rollout.EpisodeContext`, whose
+  ``play`` generates their episodes turn by turn
   (:func:`~components.agentic.rollout.rollout_episodes`);
 * GiGPO (``components.algos.gigpo``) gives every generated turn an advantage
   (:func:`turn_rows`): each generated turn is one training row, its prompt (instruction,
@@ -34,13 +35,13 @@ import numpy as np
 import torch
 
 from components.agentic.episode_train_config import EpisodeTrainConfig
-from components.agentic.methods import build_episodic
-from components.agentic.rollout import (EpisodeRun, Start, prompt_encoder, rollout_episodes, success_rate,
-                                        to_gigpo_episodes)
-from components.algos.gigpo import gigpo_advantages
+from components.agentic.rollout import (EpisodeContext, EpisodeGroup, EpisodeRun, Start, episode_runs,
+                                        prompt_encoder, rollout_episodes, success_rate, to_gigpo_episodes)
+from components.algos.advantages import adv_estimator
 from components.algos.losses import pg_token_losses
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group
+from components.methods.registry import build
 from components.trainer import checkpoint
 from components.trainer.loop import VALIDATION_SEED, FitLoop, training_tokens
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
@@ -50,11 +51,9 @@ __all__ = ["EpisodeLoop", "EpisodeTrainer", "turn_rows", "success_rate"]
 
 def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group]:
     """One ``Group`` (one row) per generated turn, its advantage in ``meta['advantages']``."""
-    adv = gigpo_advantages(to_gigpo_episodes(runs), gamma=cfg.gamma,
-                           step_weight=cfg.step_weight if cfg.adv_estimator == "gigpo" else 0.0,
-                           mode=cfg.gigpo_mode, episode_stats=cfg.episode_stats)
+    adv = adv_estimator(cfg.adv_estimator)(to_gigpo_episodes(runs), cfg)
     rows = []
-    for i, (run, a) in enumerate(zip(runs, adv.advantages)):
+    for i, (run, a) in enumerate(zip(runs, adv)):
         for t, (turn, at) in enumerate(zip(run.turns, a)):
             rows.append(Group(uid=f"{run.start.group_id()}#{i}.{t}", problem_uid=str(run.start.seed), answer="",
                               context_ids=turn.context_ids, prompt_len=len(turn.context_ids),
@@ -65,7 +64,7 @@ def turn_rows(runs: Sequence[EpisodeRun], cfg: EpisodeTrainConfig) -> list[Group
 
 class EpisodeLoop(FitLoop):
     """The loop's task hooks for episodes. A backend sets ``cfg`` (an
-    :class:`EpisodeTrainConfig`), ``method`` (an episodic method), ``meter``, ``history``, and
+    :class:`EpisodeTrainConfig`), ``method`` (a method built for the agentic task), ``meter``, ``history``, and
     implements ``play`` plus the loop's backend hooks (``update``, ``restore``,
     ``save_checkpoint``, ``log_metrics``)."""
 
@@ -87,12 +86,9 @@ class EpisodeLoop(FitLoop):
     def validation_set(self, val_seeds: Sequence[int]) -> list[int]:
         return list(val_seeds)[: self.cfg.val_seeds]
 
-    def rollout(self, batch: list[int], step: int, rng: np.random.Generator) -> list[EpisodeRun]:
-        starts = self.method.starts(batch, step, rng)
-        return self.play(starts, self.cfg.seed * 1_000_003 + 101 * step)
-
-    def observe(self, runs: list[EpisodeRun], step: int) -> None:
-        self.method.observe(runs, step)
+    def rollout(self, batch: list[int], step: int, rng: np.random.Generator) -> list[EpisodeGroup]:
+        ctx = EpisodeContext(self.play, self.cfg.seed * 1_000_003 + 101 * step, step)
+        return self.method.rollout(batch, ctx, rng)
 
     def validation_metrics(self, seeds: list[int], step: int) -> dict[str, float]:
         """Success rate of one episode per held-out map seed, the same sampling seeds every time."""
@@ -101,7 +97,8 @@ class EpisodeLoop(FitLoop):
                              purpose="validation")
         return {"val/accuracy": success_rate(runs)}
 
-    def step_metrics(self, runs: list[EpisodeRun], before: dict, after: dict) -> dict[str, float]:
+    def step_metrics(self, groups: list[EpisodeGroup], before: dict, after: dict) -> dict[str, float]:
+        runs = episode_runs(groups)
         fresh = [r for r in runs if not r.start.prefix]
         replay = [r for r in runs if r.start.prefix]
         groups: dict[str, list[bool]] = {}
@@ -153,7 +150,7 @@ class EpisodeTrainer(EpisodeLoop):
             from components.engine.hf import HFEngine
             engine_factory = HFEngine
         self.engine = engine_factory(model, tokenizer, meter=self.meter)
-        self.method = build_episodic(cfg.method, cfg.method_config)
+        self.method = build(cfg.method, cfg.method_config, task="agentic")
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.history: list[dict[str, float]] = []
         self.ckpt_root: Path | None = None
@@ -183,9 +180,9 @@ class EpisodeTrainer(EpisodeLoop):
         self.tracker.log_metrics(row, step=step)
 
     # ------------------------------------------------------------------ one update
-    def update(self, runs: list[EpisodeRun]) -> dict[str, float]:
+    def update(self, episode_groups: list[EpisodeGroup]) -> dict[str, float]:
         c = self.cfg
-        groups = turn_rows(runs, c)
+        groups = turn_rows(episode_runs(episode_groups), c)
         stats = {"loss": 0.0, "grad_norm": 0.0, "rows": float(len(groups)), "trained_rows": 0.0}
         if not groups:
             return stats

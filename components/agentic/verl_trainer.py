@@ -31,14 +31,14 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from components.agentic.episode_train_config import EpisodeTrainConfig
-from components.agentic.methods import build_episodic
-from components.agentic.rollout import EpisodeRun, Start, to_gigpo_episodes
+from components.agentic.rollout import EpisodeGroup, EpisodeRun, Start, episode_runs, to_gigpo_episodes
 from components.agentic.trainer import EpisodeLoop, turn_rows
 from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
                                               serialized_training_rows,
                                               turn_training_rows)
-from components.algos.gigpo import gigpo_advantages
+from components.algos.advantages import adv_estimator
 from components.engine.base import SamplingParams, TokenMeter
+from components.methods.registry import build
 from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices, update_actor_on_rows
 
 AGENT_LOOPS_YAML = Path(__file__).with_name("verl_agent_loops.yaml")
@@ -67,7 +67,7 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
         self.max_prompt_length = max_prompt_length
         self.response_length = int(config.actor_rollout_ref.rollout.response_length)
         self.meter = TokenMeter(method=train_cfg.method, seed=train_cfg.seed, backend="verl")
-        self.method = build_episodic(train_cfg.method, train_cfg.method_config)
+        self.method = build(train_cfg.method, train_cfg.method_config, task="agentic")
         self.history: list[dict[str, float]] = []
         self.train_out = None      # the last training rollout's DataProto (the serialized layout's rows)
 
@@ -127,15 +127,12 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
                 self.meter.record(purpose, prompt_tokens=p, generated_tokens=g, sequences=n, requests=n)
 
     # ------------------------------------------------------------------ the update
-    def update(self, runs: Sequence[EpisodeRun]) -> dict[str, float]:
-        c, out = self.cfg, self.train_out
+    def update(self, groups: Sequence[EpisodeGroup]) -> dict[str, float]:
+        c, out, runs = self.cfg, self.train_out, episode_runs(groups)
         if self.layout == "turns":
             data = turn_training_rows(turn_rows(runs, c), self.tokenizer.pad_token_id, self.response_length)
         else:
-            adv = gigpo_advantages(to_gigpo_episodes(runs), gamma=c.gamma,
-                                   step_weight=c.step_weight if c.adv_estimator == "gigpo" else 0.0,
-                                   mode=c.gigpo_mode, episode_stats=c.episode_stats)
-            data = serialized_training_rows(out, runs, adv.advantages)
+            data = serialized_training_rows(out, runs, adv_estimator(c.adv_estimator)(to_gigpo_episodes(runs), c))
         nonzero = (data.batch["advantages"] != 0).any(-1)
         stats = {"rows": float(len(data)), "trained_rows": float(nonzero.sum()),
                  "adv_nonzero_frac": float(nonzero.float().mean()),
@@ -155,11 +152,11 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
                                config=OmegaConf.to_container(self.config, resolve=True))
         return self.run_loop(train_seeds, val_seeds, resources, self.tokenizer)
 
-    def step_metrics(self, runs: list[EpisodeRun], before: dict, after: dict) -> dict[str, float]:
+    def step_metrics(self, groups: list[EpisodeGroup], before: dict, after: dict) -> dict[str, float]:
         """The episode metrics, plus the share of turns cut at the per-turn budget."""
-        turns = [t for r in runs for t in r.turns]
+        turns = [t for r in episode_runs(groups) for t in r.turns]
         clip = float(np.mean([t.finish_reason == "length" for t in turns])) if turns else math.nan
-        return {**super().step_metrics(runs, before, after), "response_length/clip_ratio": clip}
+        return {**super().step_metrics(groups, before, after), "response_length/clip_ratio": clip}
 
     def summary(self) -> dict[str, Any]:
         return {**super().summary(), "layout": self.layout}
@@ -185,7 +182,7 @@ def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
     response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
     agentic = (f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS_YAML}")
-    n = build_episodic(cfg.method, cfg.method_config).episodes_per_step(1)   # episodes per start state
+    n = build(cfg.method, cfg.method_config, task="agentic").rollouts_per_step(1)   # episodes per start state
     return cfg, stage_config(verl_fields(cfg, response_length), params, model_dir=model_dir, work_dir=work_dir, n=n,
                              sweep=sweep, experiment=f"train-agentic-{cfg.method}-s{cfg.seed}", extra=agentic)
 

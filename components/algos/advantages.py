@@ -1,4 +1,6 @@
-"""Outcome-reward advantage estimators (one scalar reward per response).
+"""Advantage estimators, in one registry (``ADV_ESTIMATORS``, verl's ``register_adv_est``):
+GRPO, Dr. GRPO and RLOO on outcome rewards (one scalar reward per response), GiGPO and its
+episode-level part on episodes (``components.algos.gigpo``).
 
 Conventions follow verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` exactly (docs/methods.md §1),
 and ``tests/algos/test_advantages_losses.py`` checks them against verl itself on random inputs:
@@ -19,11 +21,14 @@ tensor); groups are numbered in first-occurrence order and need not be contiguou
 """
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import torch
 
-__all__ = ["group_index", "grpo_advantages", "rloo_advantages", "broadcast"]
+from components.algos.gigpo import gigpo_advantages
+
+__all__ = ["group_index", "grpo_advantages", "rloo_advantages", "broadcast", "ADV_ESTIMATORS",
+           "register_adv_est", "adv_estimator"]
 
 
 def group_index(group_ids: Sequence[Hashable] | torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -137,3 +142,53 @@ def zvp_token_advantages(entropy: torch.Tensor, mask: torch.Tensor, positive: to
     pos = alpha * h
     neg = -alpha * (hmax - h) * mask
     return torch.where(positive[:, None], pos, neg)
+
+
+# ---------------------------------------------------------------------- the estimator registry
+# name -> estimator, as verl's ``register_adv_est``: a trainer looks up ``cfg.adv_estimator``
+# here. An outcome estimator takes the batch's sequences (``rewards``, ``group_ids``) and gives
+# one advantage per sequence; an episode estimator takes GiGPO ``Episode``s and gives one per
+# generated turn.
+ADV_ESTIMATORS: dict[str, Callable] = {}
+
+
+def register_adv_est(name: str) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
+        ADV_ESTIMATORS[name] = fn
+        return fn
+    return deco
+
+
+def adv_estimator(name: str) -> Callable:
+    if name not in ADV_ESTIMATORS:
+        raise KeyError(f"unknown advantage estimator {name!r} (known: {', '.join(sorted(ADV_ESTIMATORS))})")
+    return ADV_ESTIMATORS[name]
+
+
+@register_adv_est("grpo")
+def _grpo(seqs, cfg) -> torch.Tensor:
+    return grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=True)
+
+
+@register_adv_est("drgrpo")
+def _drgrpo(seqs, cfg) -> torch.Tensor:
+    return grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=False)
+
+
+@register_adv_est("rloo")
+def _rloo(seqs, cfg) -> torch.Tensor:
+    return rloo_advantages(seqs.rewards, seqs.group_ids)
+
+
+@register_adv_est("gigpo")
+def _gigpo(episodes, cfg) -> list[list[float]]:
+    """A = A^E + step_weight * A^S (GiGPO)."""
+    return gigpo_advantages(episodes, gamma=cfg.gamma, step_weight=cfg.step_weight, mode=cfg.gigpo_mode,
+                            episode_stats=cfg.episode_stats).advantages
+
+
+@register_adv_est("episode")
+def _episode(episodes, cfg) -> list[list[float]]:
+    """A^E only: GRPO on episode returns, every turn of an episode the same advantage."""
+    return gigpo_advantages(episodes, gamma=cfg.gamma, step_weight=0.0, mode=cfg.gigpo_mode,
+                            episode_stats=cfg.episode_stats).advantages

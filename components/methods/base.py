@@ -69,6 +69,10 @@ class Group:
     def mixed(self) -> bool:
         return len(set(self.rewards)) > 1
 
+    def trajectory(self, i: int, eos: int | None = None) -> list[int]:
+        """Sample ``i`` from the prompt on: the replayed prefix, then its response (EOS dropped)."""
+        return list(self.context_ids[self.prompt_len:]) + [t for t in self.responses[i] if t != eos]
+
 
 GradeFn = Callable[[list[str], list[str]], list[tuple[float, str]]]
 
@@ -89,6 +93,13 @@ class RolloutContext:
             ids = self.encode_prompt(p)
             out.append((p, ids, "", len(ids), p.uid))
         return out
+
+    def replay_item(self, problem: Problem, trajectory: Sequence[int], cut: int) -> tuple:
+        """The item that continues ``problem``'s ``trajectory`` after its first ``cut`` tokens."""
+        prompt_ids = self.encode_prompt(problem)
+        prefix = tuple(trajectory[:cut])
+        text = self.engine.tokenizer.decode(list(prefix), skip_special_tokens=True)
+        return (problem, tuple(prompt_ids) + prefix, text, len(prompt_ids), f"{problem.uid}@{cut}")
 
     def sample_groups(self, items: Sequence[tuple[Problem, tuple[int, ...], str, int, str]],
                       n: int | Sequence[int], purpose: str = "train_rollout",

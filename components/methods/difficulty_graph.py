@@ -322,6 +322,11 @@ def graph_estimator(config: DifficultyChoice, embedder=None) -> GraphDifficulty 
     return GraphDifficulty(config.graph, embedder) if config.difficulty == "graph" else None
 
 
+def graph_error(graph: GraphDifficulty | None) -> dict[str, float]:
+    """The estimator's prediction error on the last observed batch, for a method's step stats."""
+    return {} if graph is None else dict(graph.last_error)
+
+
 def graph_skip_probability(p_hat: float, evidence: float, n: int, p_easy: float, p_hard: float,
                            min_keep_prob: float = 0.01) -> float:
     """GRESO's skip rule on a predicted pass rate [ours]: a group of n is all correct with

@@ -62,7 +62,7 @@ from pydantic import Field
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
 from components.methods.dapo import discard
-from components.methods.difficulty_graph import DifficultyChoice, graph_estimator, graph_skip_probability
+from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator, graph_skip_probability
 
 
 class GRESOConfig(DifficultyChoice):   # difficulty: graph = skip on the graph estimator's p (graph_skip_probability)
@@ -275,7 +275,7 @@ class GRESO(Method):
         return batch_size * self.config.n
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "traced_prompts": float(len(self.traces))}
+        return {**self.last, "traced_prompts": float(len(self.traces)), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"traces": {u: [list(e) for e in t] for u, t in self.traces.items()},

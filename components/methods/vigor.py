@@ -37,7 +37,7 @@ from pydantic import Field
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
-from components.methods.difficulty_graph import DifficultyChoice, graph_estimator, posterior_variance
+from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator, posterior_variance
 
 
 def speedup(k: float, T: int = 4, gamma: float = 2.0, alpha: float = 0.5) -> tuple[float, float]:
@@ -113,6 +113,9 @@ class VIGOR(Method):
     def observe(self, groups: list[Group]) -> None:
         if self.graph is not None:
             self.graph.observe_groups(groups, self.step)
+
+    def step_stats(self) -> dict[str, float]:
+        return graph_error(self.graph)
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self.graph is None else {"step": self.step, "graph": self.graph.state_dict()}

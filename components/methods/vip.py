@@ -40,7 +40,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, RolloutContext
-from components.methods.difficulty_graph import DifficultyChoice, graph_estimator
+from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator
 # the embedders and the median heuristic are shared with the graph estimator
 from components.methods.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, median_bandwidth  # noqa: F401
 
@@ -320,7 +320,7 @@ class VIP(Method):
         return batch_size * self.config.budget_per_prompt
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "seen_prompts": float(self.gp.seen.sum())}
+        return {**self.last, "seen_prompts": float(self.gp.seen.sum()), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         graph = {} if self.graph is None else {"graph": self.graph.state_dict()}

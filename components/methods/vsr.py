@@ -1,9 +1,12 @@
 """VSR: Variance-optimal State Resampling (the paper this project reproduces:
 "Variance-Optimal State Resampling for Reinforcement Learning with Verifiable Rewards";
-docs/methods.md §4).
+docs/methods.md §4), on every task: a trajectory is a response's token ids after the prompt
+(math) or an episode's actions from reset (agentic), and a replay state is a cut of it (a
+token prefix, or a turn prefix the environment replays); the rollout context of the task
+turns a cut into a start state (``RolloutContext`` / ``EpisodeContext.replay_item``).
 
-A recency-windowed buffer holds the most recent *successful* trajectory of each prompt
-(expert traces seed it at cold start). Its prefix states s_i = (x, y_<i) are scored
+A recency-windowed buffer holds the most recent *successful* trajectory of each prompt or map
+seed (expert traces seed it at cold start). Its prefix states s_i = (x, y_<i) are scored
 
     p_hat(s_i) = (1 - alpha_i) * p0(x) + alpha_i * R(tau),   alpha_i = i / |tau|,
     sigma_hat  = sqrt(p_hat * (1 - p_hat))
@@ -17,22 +20,28 @@ GRPO's requests, so it reproduces GRPO bit for bit.
 
 Choices the paper leaves open, as config knobs (defaults are ours, marked [INF] in
 docs/methods.md):
-- cut points: ``cut_fractions`` of the trajectory's token length (default 0.25/0.5/0.75),
-  or ``cut_points: steps`` (after each reasoning step delimiter);
+- cut points: ``cut_fractions`` of the trajectory's length (default 0.25/0.5/0.75),
+  ``cut_points: steps`` (after each reasoning step delimiter) or ``every`` position (the
+  paper's agentic setting: every turn prefix; the registry's default on episodes);
 - recency: ``window_steps`` (a trajectory older than this many steps is evicted; ``None``
   keeps it until replaced) and ``capacity`` (oldest evicted first);
 - ``rho`` default 0.5; ``p0`` of a prompt never rolled out = its pass rate in the
   hard-subset filter (``p0_default`` when unknown);
 - whether successes of replayed continuations (prefix + continuation) enter the buffer
   (``insert_from_replay``, default true: the paper inserts every successful trajectory).
-The paper's ablations are the same class: ``scoring: uniform`` (w/o scoring),
-``freeze_after`` (w/o recency), ``online_insert: false`` (static expert-prefix resets).
+The paper's ablations are this class with other defaults, registered as presets
+(``components.methods.registry``): ``scoring: uniform`` (w/o scoring), ``freeze_after``
+(w/o recency), ``online_insert: false`` (static expert-prefix resets).
+
+Capacity eviction drops the oldest ``inserted_step`` first and breaks ties by key: the choice
+then depends on the buffer's content only, not on the order the step's groups were observed
+in, so a run restored from its state dict evicts what the uninterrupted run did.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -44,7 +53,7 @@ from components.methods.base import Group, Method, MethodConfig, RolloutContext
 class VSRConfig(MethodConfig):
     n: int = Field(8, ge=1, description="continuations per replayed prefix / samples per fresh prompt")
     rho: float = Field(0.5, ge=0.0, le=1.0, description="fraction of batch elements drawn from the buffer")
-    cut_points: Literal["fractions", "steps"] = "fractions"
+    cut_points: Literal["fractions", "steps", "every"] = "fractions"
     cut_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
     step_delimiters: tuple[str, ...] = (". ", "\n")
     window_steps: int | None = Field(40, ge=1, description="recency window in training steps")
@@ -53,14 +62,14 @@ class VSRConfig(MethodConfig):
     online_insert: bool = True
     insert_from_replay: bool = True
     freeze_after: int | None = Field(None, ge=0, description="stop inserting/evicting after this step")
-    expert_seed: bool = True
+    expert_seed: bool = True          # the paper's math cold start; off on episodes
     p0_default: float = Field(0.0, ge=0.0, le=1.0)
 
 
 @dataclass
 class Trajectory:
-    problem_uid: str
-    response_ids: list[int]       # successful response, EOS stripped
+    problem_uid: Any              # the item's key: a problem uid or a map seed
+    response_ids: list            # the successful response's ids (EOS stripped) or the episode's actions
     inserted_step: int
     source: str                   # "expert" | "policy"
 
@@ -76,31 +85,40 @@ class VSR(Method):
 
     def __init__(self, config: VSRConfig):
         self.config = config
-        self.buffer: dict[str, Trajectory] = {}   # most recent successful trajectory per prompt
-        self.p0: dict[str, float] = {}
+        self.buffer: dict[Any, Trajectory] = {}   # most recent successful trajectory per item
+        self.p0: dict[Any, float] = {}
         self.step = 0
-        self.problems: dict[str, Problem] = {}
+        self.problems: dict[Any, Any] = {}
         self.tokenizer = None
+        self.key: Callable[[Any], Any] = str
 
     # ---- setup -----------------------------------------------------------------------
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        self.problems = {p.uid: p for p in problems}
+    def setup(self, problems: Sequence[Any], resources: dict[str, Any]) -> None:
+        """``problems``: Problems (keyed by uid) or map seeds (keyed by the int); an expert
+        trace is a text (tokenised here) or a list of actions."""
+        self.key = str if isinstance(problems[0], Problem) else int
+        self.problems = {(p.uid if isinstance(p, Problem) else int(p)): p for p in problems}
         self.tokenizer = resources.get("tokenizer")
         for uid, rate in (resources.get("p0") or {}).items():
-            self.p0.setdefault(uid, float(rate))
+            self.p0.setdefault(self.key(uid), float(rate))
         if self.config.expert_seed and not self.buffer:
             eos = getattr(self.tokenizer, "eos_token_id", None)
-            for uid, trace in sorted((resources.get("expert_traces") or {}).items()):
+            traces = {self.key(k): v for k, v in (resources.get("expert_traces") or {}).items()}
+            for uid, trace in sorted(traces.items()):
                 if uid not in self.problems:
                     continue
-                ids = [t for t in self.tokenizer.encode(trace, add_special_tokens=False) if t != eos]
-                self.buffer[uid] = Trajectory(uid, ids, 0, "expert")
+                ids = (list(trace) if not isinstance(trace, str) else
+                       [t for t in self.tokenizer.encode(trace, add_special_tokens=False) if t != eos])
+                if ids:
+                    self.buffer[uid] = Trajectory(uid, ids, 0, "expert")
 
     # ---- prefix states ---------------------------------------------------------------
     def cut_positions(self, traj: Trajectory) -> list[int]:
         L = len(traj.response_ids)
         if self.config.cut_points == "fractions":
             cuts = {int(round(f * L)) for f in self.config.cut_fractions}
+        elif self.config.cut_points == "every":
+            cuts = set(range(1, L))
         else:
             cuts, text = set(), ""
             for i, t in enumerate(traj.response_ids[:-1], 1):
@@ -163,12 +181,7 @@ class VSR(Method):
         replays = self.select_replays(k, rng) if k > 0 else []
         fresh = list(batch)[: len(batch) - len(replays)]
         items = ctx.prompt_items(fresh)
-        for uid, cut, _ in replays:
-            prob = self.problems[uid]
-            prompt_ids = ctx.encode_prompt(prob)
-            prefix = self.buffer[uid].response_ids[:cut]
-            prefix_text = ctx.engine.tokenizer.decode(prefix, skip_special_tokens=True)
-            items.append((prob, tuple(prompt_ids) + tuple(prefix), prefix_text, len(prompt_ids), f"{uid}@{cut}"))
+        items += [ctx.replay_item(self.problems[uid], self.buffer[uid].response_ids, cut) for uid, cut, _ in replays]
         groups = ctx.sample_groups(items, self.config.n)
         for g in groups:
             if g.is_replay:
@@ -187,13 +200,12 @@ class VSR(Method):
             wins = [i for i, r in enumerate(g.rewards) if r > 0.5]
             if not wins:
                 continue
-            # the most recent success replaces the prompt's trajectory
-            resp = [t for t in g.responses[wins[-1]] if t != eos]
-            prefix = list(g.context_ids[g.prompt_len:])
-            if prefix + resp:
+            # the most recent success replaces the item's trajectory
+            traj = g.trajectory(wins[-1], eos)
+            if traj:
                 # re-inserted at the end: the dict stays ordered by inserted_step (see _evict)
                 self.buffer.pop(g.problem_uid, None)
-                self.buffer[g.problem_uid] = Trajectory(g.problem_uid, prefix + resp, self.step, "policy")
+                self.buffer[g.problem_uid] = Trajectory(g.problem_uid, traj, self.step, "policy")
         if not frozen:
             self._evict()
 
@@ -241,39 +253,6 @@ class VSR(Method):
         trajs = [Trajectory(**t) for t in state["buffer"].values()]
         # ordered by inserted_step (stable), the invariant _evict relies on
         self.buffer = {t.problem_uid: t for t in sorted(trajs, key=lambda t: t.inserted_step)}
-        self.p0 = {u: float(v) for u, v in state["p0"].items()}
+        self.p0 = {self.key(u): float(v) for u, v in state["p0"].items()}
         self.step = int(state["step"])
 
-
-# ---- the ablations and controls of the VSR paper, as registered presets ------------------
-class VSRNoScoringConfig(VSRConfig):
-    scoring: Literal["sigma", "uniform"] = "uniform"
-
-
-class VSRNoScoring(VSR):
-    """VSR w/o scoring: same buffer, prefixes drawn uniformly (the VSR paper, Figure 6)."""
-    name = "vsr_no_scoring"
-    Config = VSRNoScoringConfig
-
-
-class VSRNoRecencyConfig(VSRConfig):
-    freeze_after: int | None = Field(10, ge=0, description="warm-up steps, then the buffer is frozen")
-
-
-class VSRNoRecency(VSR):
-    """VSR w/o recency: the buffer fills during a warm-up and is then held fixed."""
-    name = "vsr_no_recency"
-    Config = VSRNoRecencyConfig
-
-
-class StaticPrefixConfig(VSRConfig):
-    scoring: Literal["sigma", "uniform"] = "uniform"
-    online_insert: bool = False
-    window_steps: int | None = None
-
-
-class StaticPrefix(VSR):
-    """Static uniform expert-prefix resets: a fixed expert-prefix pool, sampled uniformly,
-    never updated with the policy's own prefixes (the VSR paper's Llama-3.2-3B control)."""
-    name = "static_prefix"
-    Config = StaticPrefixConfig

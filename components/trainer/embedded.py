@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from components.algos.advantages import grpo_advantages, rloo_advantages
+from components.algos.advantages import adv_estimator
 from components.algos.losses import CLIP_RATIO_C, kl_penalty, pg_token_losses
 from components.data.prompting import encode_prompt
 from components.data.schema import Problem
@@ -29,12 +29,6 @@ from components.trainer import checkpoint
 from components.trainer.loop import FitLoop
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
 from components.trainer.train_config import TrainConfig
-
-
-def group_advantages(seqs, estimator: str) -> torch.Tensor:
-    if estimator == "rloo":
-        return rloo_advantages(seqs.rewards, seqs.group_ids)
-    return grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=(estimator == "grpo"))
 
 
 class EmbeddedTrainer(FitLoop):
@@ -96,7 +90,7 @@ class EmbeddedTrainer(FitLoop):
         # a method may give exact per-sample advantages (Reinforce-Ada-Seq: statistics over all
         # generated samples, not only the kept ones) and weight a group's advantages
         # (Reinforce-Ada-Est's 1/sqrt(p) factor)
-        adv = group_advantages(seqs, c.adv_estimator)
+        adv = adv_estimator(c.adv_estimator)(seqs, c)
         fixed, weight = advantage_terms(self.method, groups)
         fixed = torch.tensor(fixed, dtype=adv.dtype)
         adv = torch.where(torch.isnan(fixed), adv, fixed) * torch.tensor(weight)
@@ -153,7 +147,7 @@ class EmbeddedTrainer(FitLoop):
 
     # ------------------------------------------------------------------ entry points
     def fit(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
-            work_dir: Path, on_step: Callable[[int], None] | None = None, progress: bool = True) -> dict[str, Any]:
+            work_dir: Path, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         self.ckpt_root = work_dir / "checkpoints"
         return self.run_loop(problems, val_problems, resources, self.tok, on_step=on_step)
 

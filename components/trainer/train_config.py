@@ -45,18 +45,21 @@ class TrainConfig(StageParams):
 
     @model_validator(mode="after")
     def _method_known(self):
-        from components.methods.registry import method_class
-
-        try:
-            cls = method_class(self.method)
-        except KeyError as e:
-            raise ValueError(e.args[0]) from None
-        try:
-            cls.Config(**self.method_config)
-        except ValidationError as e:
-            field, problem = validation_problem(e, unknown="unknown parameter")
-            raise FieldError(f"method_config.{field}", f"{problem} (method {self.method})") from None
+        check_method(self.method, self.method_config, "math")
         return self
+
+
+def check_method(method: str, config: dict[str, Any], task: str) -> None:
+    """Refuse a method that is unknown or does not apply to ``task``, or a bad field of its config."""
+    from components.methods.registry import method_config
+
+    try:
+        method_config(method, config, task)
+    except KeyError as e:
+        raise FieldError("method", e.args[0]) from None
+    except ValidationError as e:
+        field, problem = validation_problem(e, unknown="unknown parameter")
+        raise FieldError(f"method_config.{field}", f"{problem} (method {method})") from None
 
 
 def train_config_of(params: StageParams) -> TrainConfig:

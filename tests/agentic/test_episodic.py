@@ -10,14 +10,15 @@ import torch
 from tiny import TINY_TEST_POLICY
 
 from components.agentic.episode_train_config import EpisodeTrainConfig
-from components.agentic.methods import EpisodicVSR, build_episodic, episodic_config
 from components.agentic.policy import build_agent_tokenizer
-from components.agentic.rollout import EpisodeRun, Start, TurnRecord, rollout_episodes
+from components.agentic.rollout import (EpisodeContext, EpisodeGroup, EpisodeRun, Start, TurnRecord, episode_runs,
+                                        rollout_episodes)
 from components.agentic.trainer import EpisodeTrainer, turn_rows
 from components.engine.base import SamplingParams, TokenMeter
 from components.engine.hf import HFEngine
 from components.envs import replay
 from components.envs.sokoban import SokobanEnv
+from components.methods.registry import build, method_config
 from components.policy.model import TinyPolicyConfig, build_policy
 from components.stages.base import NullTracker
 from components.trainer.sequences import build_sequences
@@ -39,6 +40,19 @@ def amodel(atok):
 
 def engine(model, tok):
     return HFEngine(model, tok, meter=TokenMeter())
+
+
+def context(eng, step: int = 0, seed: int = 3) -> EpisodeContext:
+    return EpisodeContext(lambda starts, s: rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, s)),
+                          seed, step)
+
+
+def group(*runs: EpisodeRun) -> EpisodeGroup:
+    return EpisodeGroup(runs[0].start, list(runs))
+
+
+def states(vsr) -> list[tuple]:
+    return vsr.prefix_states()
 
 
 def solved_run(seed: int, prefix_len: int = 0) -> EpisodeRun:
@@ -115,48 +129,62 @@ def test_gigpo_rows_match_hand_computation():
 
 
 def test_vsr_on_episodes_buffer_scores_budget_and_masking(amodel, atok):
-    vsr = build_episodic("vsr", {"n": 2, "rho": 0.5})
+    vsr = build("vsr", {"n": 2, "rho": 0.5}, task="agentic")
+    assert vsr.config.cut_points == "every" and not vsr.config.expert_seed    # the task's defaults
     vsr.setup([18, 8, 9, 10], {"p0": {18: 0.25}})
-    vsr.observe([solved_run(18), solved_run(18)], step=0)         # a fresh group: p0 = 1.0 then
+    vsr.observe([group(solved_run(18), solved_run(18))])         # a fresh group: p0 = 1.0 then
     assert list(vsr.buffer) == [18] and vsr.p0[18] == 1.0
     vsr.p0[18] = 0.25
-    L = len(vsr.buffer[18].actions)
-    states = vsr.states()
-    assert [c for _, c, _ in states] == list(range(1, L))
-    for _, cut, w in states:                                     # sigma_hat of the interpolation
+    L = len(vsr.buffer[18].response_ids)
+    assert [c for _, c, _ in states(vsr)] == list(range(1, L))
+    for _, cut, w in states(vsr):                                # sigma_hat of the interpolation
         p = (1 - cut / L) * 0.25 + cut / L
         assert w == pytest.approx(np.sqrt(p * (1 - p)))
-    starts = vsr.starts([8, 9, 10, 11], step=1, rng=np.random.default_rng(0))
-    replays = [s for s in starts if s.prefix]
-    assert len(starts) == 4 and len(replays) == 2 and [s.seed for s in starts[:2]] == [8, 9]
-    assert all(s.seed == 18 and 0 < len(s.prefix) < L for s in replays)
     eng = engine(amodel, atok)
-    runs = rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, 3))
-    assert len(runs) == vsr.episodes_per_step(4) == 8
+    groups = vsr.rollout([8, 9, 10, 11], context(eng, step=1), np.random.default_rng(0))
+    replays = [g.start for g in groups if g.is_replay]
+    assert len(groups) == 4 and len(replays) == 2 and [g.problem_uid for g in groups[:2]] == [8, 9]
+    assert all(s.seed == 18 and 0 < len(s.prefix) < L for s in replays)
+    assert all(g.meta["alpha"] == len(g.start.prefix) / L for g in groups if g.is_replay)
+    runs = episode_runs(groups)
+    assert len(runs) == vsr.rollouts_per_step(4) == 8
     rows = turn_rows(runs, EpisodeTrainConfig())
     assert len(rows) == sum(len(r.turns) for r in runs) < sum(r.length for r in runs)
     # uniform replay: every state weighs the same; no recency: the buffer stops changing
-    uni = build_episodic("vsr_no_scoring", {})
-    uni.observe([solved_run(18)], 0)
-    assert {w for _, _, w in uni.states()} == {1.0}
-    frozen = build_episodic("vsr_no_recency", {"freeze_after": 1, "window_steps": 2})
-    frozen.observe([solved_run(18)], 0)
-    frozen.observe([solved_run(21)], 5)
-    frozen.starts([1], step=50, rng=np.random.default_rng(0))
+    uni = build("vsr_no_scoring", {}, task="agentic")
+    uni.setup([18], {})
+    uni.observe([group(solved_run(18))])
+    assert {w for _, _, w in states(uni)} == {1.0}
+    frozen = build("vsr_no_recency", {"freeze_after": 1, "window_steps": 2}, task="agentic")
+    frozen.setup([18, 21], {})
+    frozen.observe([group(solved_run(18))])
+    frozen.step = 5
+    frozen.observe([group(solved_run(21))])
+    frozen.rollout([1], context(eng, step=50), np.random.default_rng(0))
     assert list(frozen.buffer) == [18]
     # recency window: an episode older than window_steps is evicted
-    vsr.starts([1], step=1 + 40, rng=np.random.default_rng(0))
+    vsr.rollout([1], context(eng, step=1 + 40), np.random.default_rng(0))
     assert not vsr.buffer
-    with pytest.raises(ValueError, match="no episodic form"):
-        episodic_config("sft", {})
+    with pytest.raises(KeyError, match="'sft' does not apply to task agentic"):
+        method_config("sft", {}, "agentic")
 
 
 def test_state_dict_round_trip():
-    vsr = build_episodic("vsr", {})
-    vsr.observe([solved_run(18), solved_run(29)], 3)
-    other = EpisodicVSR(vsr.config)
-    other.load_state_dict(copy.deepcopy(vsr.state_dict()))
-    assert other.states() == vsr.states() and list(other.buffer) == list(vsr.buffer)
+    vsr = build("vsr", {}, task="agentic")
+    vsr.setup([18, 29], {})
+    vsr.step = 3
+    vsr.observe([group(solved_run(18)), group(solved_run(29))])
+    other = build("vsr", {}, task="agentic")
+    other.setup([18, 29], {})
+    other.load_state_dict(json_copy(vsr.state_dict()))
+    assert states(other) == states(vsr) and list(other.buffer) == list(vsr.buffer)
+    assert other.p0 == vsr.p0 and all(isinstance(k, int) for k in other.p0)
+
+
+def json_copy(state):
+    import json
+
+    return json.loads(json.dumps(copy.deepcopy(state)))
 
 
 def test_trainer_resume_continues_identically(amodel, atok, tmp_path):
@@ -182,26 +210,25 @@ def test_trainer_resume_continues_identically(amodel, atok, tmp_path):
     assert s["generated_tokens"] == sum(r["tokens/generated"] for r in full.history)
 
 
-@pytest.mark.parametrize("name", sorted(__import__("components.agentic.methods", fromlist=["EPISODIC"]).EPISODIC))
+@pytest.mark.parametrize("name", __import__("components.methods.registry", fromlist=["x"]).available("agentic"))
 def test_episodic_method_contract(name, amodel, atok):
-    """Every method with an episodic form: the budget it promises is what it generates, every
+    """Every method that applies to episodes: the budget it promises is what it generates, every
     generated token is metered, its state survives JSON, and replayed turns never become rows."""
-    import json
-
-    m = build_episodic(name, {"n": 2})
+    m = build(name, {"n": 2}, task="agentic")
     m.setup([18, 21, 29, 3], {"p0": {18: 0.5}})
-    m.observe([solved_run(18), solved_run(21)], 0)
+    m.observe([group(solved_run(18)), group(solved_run(21))])
     eng = engine(amodel, atok)
-    starts = m.starts([29, 3, 18, 21], 1, np.random.default_rng(1))
-    runs = rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, 5))
-    assert len(runs) == m.episodes_per_step(4) == 8
+    groups = m.rollout([29, 3, 18, 21], context(eng, step=1, seed=5), np.random.default_rng(1))
+    runs = episode_runs(groups)
+    assert len(runs) == m.rollouts_per_step(4) == 8
     assert eng.meter.totals()["generated_tokens"] == sum(r.generated_tokens for r in runs)
     rows = turn_rows(runs, EpisodeTrainConfig())
     assert len(rows) == sum(len(r.turns) for r in runs)
-    m.observe(runs, 1)
-    state = json.loads(json.dumps(m.state_dict()))
-    other = build_episodic(name, {"n": 2})
+    m.observe(groups)
+    state = json_copy(m.state_dict())
+    other = build(name, {"n": 2}, task="agentic")
+    other.setup([18, 21, 29, 3], {})
     other.load_state_dict(state)
-    assert other.state_dict() == m.state_dict()
+    assert json_copy(other.state_dict()) == state
     if name != "grpo":
-        assert any(s.prefix for s in starts)        # replays happen once the buffer has successes
+        assert any(g.is_replay for g in groups)     # replays happen once the buffer has successes

@@ -48,7 +48,7 @@ def test_task_switch_selects_the_agentic_stage_modules():
     assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):
         lineage.check_params("train", {"task": "chess"})
-    with pytest.raises(lineage.StageError, match="no episodic form"):
+    with pytest.raises(lineage.StageError, match="method .sft. does not apply to task agentic"):
         lineage.check_params("train", {"task": "agentic", "method": "sft"})
     with pytest.raises(lineage.StageError, match=r"method_config\.rho"):
         lineage.check_params("train", {"task": "agentic", "method": "vsr", "method_config": {"rho": 2}})

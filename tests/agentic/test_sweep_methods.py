@@ -1,5 +1,5 @@
-"""Episodic methods in sweep files: a ``task: agentic`` sweep lists the episodic registry's
-methods (TRACE among them), checked by name at DAG-parse time (no torch) and by config in
+"""Methods on episodes in sweep files: a ``task: agentic`` sweep lists the registry's methods
+that apply to episodes (TRACE among them), checked by name at DAG-parse time (no torch) and by config in
 ``rlvr sweep``'s pre-flight, each problem one line naming file and field."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from components.agentic import registry
 from components.cli import app
+from components.methods import registry
 from components.sweep import SweepError, known_methods, load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,15 +54,16 @@ def test_agentic_sweep_lists_episodic_methods(tmp_path):
     s = load_sweep(write(tmp_path, AGENTIC))
     assert s.methods == ["grpo", "trace"] and s.task_of("trace") == "agentic"
     assert s.train_params("trace", 0)["method_config"] == {"n": 4, "selection": "top"}
-    assert known_methods("agentic") == tuple(registry.available())
+    assert known_methods("agentic") == tuple(registry.available("agentic"))
     assert "trace" in known_methods("agentic") and "trace" not in known_methods()
 
 
 @pytest.mark.parametrize("change, expect", [
-    (("[grpo, trace]", "[grpo, tracee]"),
-     "methods: unknown method 'tracee' for task agentic (known: grpo, trace, vsr, vsr_no_recency, vsr_no_scoring)"),
-    (("[grpo, trace]", "[grpo, sft]"), "methods: unknown method 'sft' for task agentic"),   # no episodic form
-    (("  trace: {n", "  sara: {n"), "method_config: unknown method 'sara' for task agentic"),
+    (("[grpo, trace]", "[grpo, tracee]"), "methods: unknown method 'tracee' (available: "),
+    (("[grpo, trace]", "[grpo, sft]"),
+     "methods: method 'sft' does not apply to task agentic (applies to: math; methods for agentic: "
+     "grpo, trace, vsr, vsr_no_recency, vsr_no_scoring)"),
+    (("  trace: {n", "  sara: {n"), "method_config: method 'sara' does not apply to task agentic"),
     (("train: {task: agentic,", "train: {task: chess,"), "stages.train.task: unknown task 'chess' (known: agentic"),
 ])
 def test_unknown_names_are_one_line(tmp_path, change, expect):
@@ -71,7 +72,7 @@ def test_unknown_names_are_one_line(tmp_path, change, expect):
 
 def test_episodic_only_method_refused_in_a_math_sweep(tmp_path):
     math = AGENTIC.replace("{task: agentic, steps: 2}", "{steps: 2}")
-    assert err(tmp_path, math).startswith("methods: unknown method 'trace' (known: ")
+    assert err(tmp_path, math).startswith("methods: method 'trace' does not apply to task math (applies to: agentic")
 
 
 @pytest.mark.parametrize("config, expect", [
@@ -87,13 +88,12 @@ def test_preflight_checks_the_episodic_config(tmp_path, monkeypatch, config, exp
     assert not (tmp_path / "rlvr" / "airflow").exists()   # refused before Airflow
 
 
-def test_registry_is_names_only_and_matches_the_classes():
-    code = ("import sys; import components.sweep, components.agentic.registry as r; "
-            "assert 'torch' not in sys.modules, 'torch'; print(','.join(r.available()))")
+def test_registry_is_names_only_and_every_entry_builds_on_its_tasks():
+    code = ("import sys; import components.sweep, components.methods.registry as r; "
+            "assert 'torch' not in sys.modules, 'torch'; print(','.join(r.available('agentic')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    from components.agentic.methods import EPISODIC
-    assert out.stdout.strip().split(",") == sorted(EPISODIC)
-    assert all(EPISODIC[n] is registry.method_class(n) for n in EPISODIC)
-    with pytest.raises(KeyError, match="no episodic form"):
-        registry.method_class("sft")
+    assert out.stdout.strip().split(",") == ["grpo", "trace", "vsr", "vsr_no_recency", "vsr_no_scoring"]
+    for name in registry.available():
+        for task in registry.entry(name).tasks:
+            assert registry.build(name, {}, task=task).name == name

@@ -12,20 +12,33 @@ import torch
 from tiny import TINY_TEST_POLICY
 
 from components.agentic.episode_train_config import EpisodeTrainConfig
-from components.agentic.methods import build_episodic
 from components.agentic.policy import build_agent_tokenizer
-from components.agentic.rollout import EpisodeRun, Start, TurnRecord, rollout_episodes
+from components.agentic.rollout import EpisodeContext, EpisodeGroup, EpisodeRun, Start, TurnRecord, rollout_episodes
 from components.agentic.trace import TRACE, draw, features, logistic_step
 from components.agentic.trainer import EpisodeTrainer
 from components.engine.base import SamplingParams, TokenMeter
 from components.engine.hf import HFEngine
 from components.envs.sokoban import SokobanEnv
+from components.methods.registry import build
 from components.policy.model import TinyPolicyConfig, build_policy
 from components.stages.base import NullTracker
 
 
 def make():
     return SokobanEnv(num_boxes=1, template="compact", max_steps=6)
+
+
+def context(eng, step: int, seed: int = 1) -> EpisodeContext:
+    return EpisodeContext(lambda starts, s: rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, s)),
+                          seed, step)
+
+
+def groups(*runs: EpisodeRun) -> list[EpisodeGroup]:
+    """The runs grouped by start, in order."""
+    out: dict[str, EpisodeGroup] = {}
+    for r in runs:
+        out.setdefault(r.start.group_id(), EpisodeGroup(r.start, [])).runs.append(r)
+    return list(out.values())
 
 
 def test_features_hand():
@@ -55,10 +68,10 @@ def played(seed, actions, rewards, won, start=None):
     return run
 
 
-def test_tree_of_anchors_from_played_episodes():
+def test_tree_of_anchors_from_played_episodes(agent):
     t = TRACE(TRACE.Config(n=2, horizon=10))
     runs = [played(7, ["up", "??", "left"], [-0.1, -0.1, 10.9], True), played(7, ["down", "down"], [-0.1, -0.1], False)]
-    t.observe(runs, step=0)
+    t.observe(groups(*runs))
     assert t.p0[7] == 0.5
     # anchors: every prefix the episode went on from (not the last one)
     keys = sorted(json.loads(k)[1:] for k in t.anchors)
@@ -69,23 +82,27 @@ def test_tree_of_anchors_from_played_episodes():
     p_up, p_down = t.predict([t.anchors[json.dumps([7, "up", "??"])], t.anchors[json.dumps([7, "down"])]])
     assert p_up > p_down
     # the next update draws among roots and these prefixes; a prefix start replays its actions
-    starts = t.starts([1, 2, 3], step=1, rng=np.random.default_rng(0))
-    assert len(starts) == 3 and sum(s.n for s in starts) == t.episodes_per_step(3) == 6
+    tok, model = agent
+    played_groups = t.rollout([1, 2, 3], context(HFEngine(model, tok, meter=TokenMeter()), step=1),
+                              np.random.default_rng(0))
+    starts = [g.start for g in played_groups]
+    assert len(starts) == 3 and sum(g.n for g in played_groups) == t.rollouts_per_step(3) == 6
     assert len({s.group_id() for s in starts}) == 3
     # a continuation from a prefix extends the same tree: its prefixes carry the anchor's history
     pre = Start(7, ("up", "??"), json.dumps([7, "up", "??"]), 2, (("anchor", json.dumps([7, "up", "??"])),))
-    t.observe([played(7, ["left", "up"], [0.9, -0.1], False, pre)], step=1)
+    t.observe(groups(played(7, ["left", "up"], [0.9, -0.1], False, pre)))
     deeper = t.anchors[json.dumps([7, "up", "??", "left"])]
     assert deeper[2:6] == [3, pytest.approx(0.7), 1, 0.9]
 
 
-def test_state_round_trip_and_window():
+def test_state_round_trip_and_window(agent):
     t = TRACE(TRACE.Config(window_steps=2))
-    t.observe([played(3, ["up", "up"], [-0.1, 10.9], True)], step=0)
+    t.observe(groups(played(3, ["up", "up"], [-0.1, 10.9], True)))
     other = TRACE(t.config)
     other.load_state_dict(json.loads(json.dumps(t.state_dict())))
     assert other.state_dict() == t.state_dict()
-    t.starts([1], step=2, rng=np.random.default_rng(0))
+    tok, model = agent
+    t.rollout([1], context(HFEngine(model, tok, meter=TokenMeter()), step=2), np.random.default_rng(0))
     assert not t.anchors                                            # older than the window
 
 
@@ -97,12 +114,10 @@ def agent():
 
 def test_starts_replay_in_the_environment(agent):
     tok, model = agent
-    t = build_episodic("trace", {"n": 2})
+    t = build("trace", {"n": 2}, task="agentic")
     eng = HFEngine(model, tok, meter=TokenMeter())
-    runs = rollout_episodes(eng, make, t.starts([3, 4], 0, np.random.default_rng(0)), SamplingParams(1.0, 1.0, 6, 1))
-    t.observe(runs, 0)
-    starts = t.starts([5, 6], 1, np.random.default_rng(1))
-    again = rollout_episodes(eng, make, starts, SamplingParams(1.0, 1.0, 6, 2))
+    t.observe(t.rollout([3, 4], context(eng, 0), np.random.default_rng(0)))
+    again = [r for g in t.rollout([5, 6], context(eng, 1, seed=2), np.random.default_rng(1)) for r in g.runs]
     assert len(again) == 4 and all(r.actions[:len(r.start.prefix)] == r.start.prefix for r in again)
 
 

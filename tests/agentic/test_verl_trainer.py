@@ -171,8 +171,8 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
     from verl import DataProto
 
     from components.agentic.episode_train_config import EpisodeTrainConfig
-    from components.agentic.methods import build_episodic
     from components.agentic.verl_trainer import EpisodePPOTrainer
+    from components.methods.registry import build
 
     model, tok = policy
 
@@ -215,7 +215,7 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
         "actor_rollout_ref": {"rollout": {"temperature": 1.0, "agent": {"num_workers": 2}}}})
     t.env_spec, t.layout, t.max_prompt_length, t.response_length = ENV, "turns", 512, 6
     t.tokenizer, t.meter, t.history, t.global_steps = tok, TokenMeter(backend="verl"), [], 0
-    t.method = build_episodic(method, method_config)
+    t.method = build(method, method_config, task="agentic")
     t.async_rollout_manager = SimpleNamespace(generate_sequences=EpisodeGenerateSequences(model, tok, 6))
     t.checkpoint_manager, t.actor_rollout_wg, t.use_reference_policy = Replicas(), None, False
     return t
@@ -252,7 +252,7 @@ def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
     rows = [h for h in first.history if "reward/mean" in h]
     assert [r["step"] for r in rows] == [1, 2] and all(r["groups/replay_frac"] == 0.5 for r in rows)
     assert {"val/accuracy", "tokens/generated", "train/adv_nonzero_frac", "train/actor/pg_loss",
-            "response_length/clip_ratio", "method/buffer_states"} <= {k for h in first.history for k in h}
+            "response_length/clip_ratio", "method/buffer_trajectories"} <= {k for h in first.history for k in h}
     # the update saw one row per generated turn, every prompt a real environment prompt
     upd = [e[2] for e in events if e[0] == "update"]
     assert all("ref_log_prob" in d.batch.keys() and "old_log_probs" in d.batch.keys() for d in upd)

@@ -1,4 +1,4 @@
-"""What ``trainer_reference.py`` and ``agentic_reference.py`` share: the weight digest, the
+"""What ``trainer_reference.py`` and ``agentic_reference.py`` (this folder) share: the weight digest, the
 record diff and the ``--save`` / ``--compare`` loop over named cases.
 
 A case's record is a dict with ``history`` (per-step metrics, wall-clock keys dropped),

@@ -1,14 +1,14 @@
 """Per-step metrics and final weight digests of short agentic (episodic) trainer runs.
 
-The agentic counterpart of ``bench/trainer_reference.py``: a refactor of the episodic trainer
+The agentic counterpart of ``trainer_reference.py``: a refactor of the episodic trainer
 or of an episodic method that is meant to keep behaviour must leave every case's record
 equal, bit for bit. ``--save`` records the current code, ``--compare`` runs it again and
 prints, per case, whether the metrics (wall-clock ``time/`` keys excluded), the token meter,
 the method state, the written records and the final weights are identical, and which keys
 differ.
 
-    python bench/agentic_reference.py --save /tmp/agentic_ref.json
-    python bench/agentic_reference.py --compare /tmp/agentic_ref.json [--cases gigpo,vsr]
+    python tests/reference/agentic_reference.py --save /tmp/agentic_ref.json
+    python tests/reference/agentic_reference.py --compare /tmp/agentic_ref.json [--cases gigpo,vsr]
 
 Policy: the tiny Qwen2 (1 layer, 32 wide) behaviour-cloned for 150 steps on a noisy BFS
 expert (so replies are often valid moves and groups have mixed returns); Sokoban 6x6, 1 box,
@@ -27,10 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from reference_records import parse_args, record_or_compare, weights_digest  # noqa: E402
+from records import parse_args, record_or_compare, weights_digest
 
 BASE = {"steps": 3, "batch_seeds": 3, "max_new_tokens": 6, "val_seeds": 2, "val_every": 2, "ckpt_every": 2,
         "lr": 1e-3, "seed": 3}

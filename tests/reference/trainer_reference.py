@@ -5,8 +5,11 @@ case's record equal, bit for bit: ``--save`` records the current code, ``--compa
 again and prints, per case, whether the metrics (wall-clock ``time/`` keys excluded) and the
 final weights are identical, and which keys differ.
 
-    python bench/trainer_reference.py --save /tmp/ref.json
-    python bench/trainer_reference.py --compare /tmp/ref.json [--cases grpo,dapo]
+    PYTHONPATH=tests/support python tests/reference/trainer_reference.py --save /tmp/ref.json
+    PYTHONPATH=tests/support python tests/reference/trainer_reference.py --compare /tmp/ref.json [--cases grpo,dapo]
+
+(``tests/support`` holds the tiny policy, as pytest's ``pythonpath`` has it; ``test_reference.py``
+runs two cases under pytest.)
 
 Tiny random policy (``tests/support/tiny.py``), synthetic problems, a deterministic reward on the
 text (mixed groups from an untrained policy), 3 steps, one torch thread.
@@ -19,11 +22,7 @@ import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from reference_records import parse_args, record_or_compare, weights_digest  # noqa: E402
+from records import parse_args, record_or_compare, weights_digest
 
 BASE = {"steps": 3, "batch_prompts": 4, "max_new_tokens": 12, "val_size": 2, "val_samples": 1,
         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, "seed": 3}
@@ -52,6 +51,12 @@ CASES: dict[str, dict] = {
     "vip": {"method": "vip", "method_config": {"budget_per_prompt": 4}},
     "vigor": {"method": "vigor"},
     "pods": {"method": "pods", "method_config": {"n": 8, "m": 4}},
+    "vsr_no_scoring": {"method": "vsr_no_scoring", "method_config": {"n": 4}},
+    "vsr_no_recency": {"method": "vsr_no_recency", "method_config": {"n": 4, "freeze_after": 1}},
+    "static_prefix": {"method": "static_prefix", "method_config": {"n": 4}},
+    "vip_graph": {"method": "vip_graph", "method_config": {"budget_per_prompt": 4}},
+    "vigor_graph": {"method": "vigor_graph"},
+    "greso_graph": {"method": "greso_graph", "method_config": {"n": 4}},
 }
 
 
@@ -67,22 +72,26 @@ def run_case(name: str, tok, model, problems, work: Path) -> dict:
     cfg = TrainConfig(**{**BASE, **CASES[name]})
     t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, rule_reward, NullTracker())
     res = {"expert_traces": {p.uid: p.traces[0] for p in problems}, "p0": {p.uid: 0.3 for p in problems}}
-    t.fit(problems, problems[:2], res, work / name, progress=False)
+    t.fit(problems, problems[:2], res, work / name)
     hist = [{k: v for k, v in row.items() if not k.startswith("time/")} for row in t.history]
     return {"history": hist, "weights": weights_digest(t.model), "meter": t.meter.totals(),
             "method_state": json.loads(json.dumps(t.method.state_dict()))}
 
 
-def main() -> int:
-    args, names = parse_args(__doc__, list(CASES))
-    torch.set_num_threads(1)
+def setup():
+    """(tokenizer, tiny policy, problems) every case starts from."""
     from components.data.synthetic import generate_problems
     from components.policy.tokenizer import build_tokenizer
     from tiny import tiny_test_policy
 
     tok = build_tokenizer()
-    model = tiny_test_policy(tok)
-    problems = generate_problems(12, [3], seed=1)
+    return tok, tiny_test_policy(tok), generate_problems(12, [3], seed=1)
+
+
+def main() -> int:
+    args, names = parse_args(__doc__, list(CASES))
+    torch.set_num_threads(1)
+    tok, model, problems = setup()
     return record_or_compare(args, names, lambda n, work: run_case(n, tok, model, problems, work))
 
 

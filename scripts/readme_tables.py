@@ -68,15 +68,14 @@ def fill(text: str, bodies: dict[str, str]) -> str:
 # ---- facts: blocks written from the repository ----
 
 def methods_fact() -> str:
-    """Every registered method, by task, from the registries (what a sweep's ``methods`` accepts)."""
-    from components.agentic import registry as episodic
-    from components.methods import registry as math
+    """Every registered method, by the tasks it applies to, from the one registry (what a sweep's
+    ``methods`` accepts on each task)."""
+    from components.methods import registry
 
-    m, e = math.available(), episodic.available()
-    return (f"**{len(m)} methods on math tasks**, one module each under `components/methods/` and "
-            f"registered by name: {', '.join(f'`{n}`' for n in m)}. "
-            f"**{len(e)} on multi-turn episodes** (`components/agentic/registry.py`): "
-            f"{', '.join(f'`{n}`' for n in e)}.\n")
+    m, e = registry.available("math"), registry.available("agentic")
+    return (f"**{len(m)} methods on math tasks** and **{len(e)} on multi-turn episodes**, one module each "
+            f"under `components/methods/`, registered by name in `components/methods/registry.py`. "
+            f"Math: {', '.join(f'`{n}`' for n in m)}. Episodes: {', '.join(f'`{n}`' for n in e)}.\n")
 
 
 def bad_input_fact() -> str:

@@ -27,13 +27,12 @@ def _configs() -> dict:
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
     box = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
-    return {"box": [box],                                     # a box, read whole
-            "box+expr": [box, ExprExtractionConfig()],        # ... or a plain expression in it
-            "span": [LatexExtractionConfig(boxed_match_priority=0)],  # any LaTeX span
-            "span+expr": [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]}
+    return {"box": [box],                                              # a box, read whole
+            "span": [LatexExtractionConfig(boxed_match_priority=0)],   # any LaTeX span
+            "expr": [ExprExtractionConfig()]}                          # a plain expression
 
 
-def _parse(text: str, inner: int, cfg: str = "box+expr") -> list:
+def _parse(text: str, inner: int, cfg: str = "span") -> list:
     """math-verify ``parse`` with one of :func:`_configs`; parse errors give []; math-verify's
     TimeoutException propagates."""
     from math_verify import parse
@@ -61,18 +60,25 @@ def _parse_side(text: str, inner: int, gold: bool = False) -> list:
     a trailing ``\\%`` dropped (math-verify reads ``\\boxed{28}\\%`` and the bare gold ``28\\%``
     as 28, but gets no expression from ``\\boxed{28\\%}``).
 
-    Fallbacks, for one short item only (no top-level comma, <= 200 chars): an answer may be read
-    by math-verify's plain-expression extractor (the leading number of ``4'; DROP TABLE ...``),
-    and a side with no expression is retried as ``$text$``. A list never is: both fallbacks read
-    one piece of it (``0.8`` out of ``0.8, \\text{a condition}``, ``\\frac{1}{4}`` out of
-    ``\\frac{1}{4}, (2,12)``), which would reward a hedge. A gold never uses the first: it reads
-    the ``1`` of ``\\{x|-2\\leq x < 1\\}``, making every answer holding a 1 correct."""
+    Fallbacks for a side of <= 200 chars that gives no expression, in order: ``$text$`` (any
+    LaTeX span), then, for an answer that is one item, math-verify's plain-expression extractor
+    (the leading number of ``4'; DROP TABLE ...``). A list (a comma outside brackets) is taken
+    from a fallback only when read whole, as a set: each fallback can read one piece of it
+    (``\\frac{1}{4}`` out of ``\\frac{1}{4}, (2,12)``, ``0.8`` out of ``0.8, \\text{a condition}``),
+    which would reward a hedge. A gold never goes through the plain-expression extractor: it
+    reads the ``1`` of ``\\{x|-2\\leq x < 1\\}``, making every answer holding a 1 correct."""
+    from sympy import FiniteSet
+
     bare = _PERCENT.sub("", text)
-    single = len(text) <= 200 and not _is_list(bare)
-    parsed = _parse("\\boxed{" + bare + "}", inner, "box+expr" if single and not gold else "box")
-    if single and not any(_is_expr(p) for p in parsed):
-        alt = _parse("$" + text + "$", inner, "span" if gold else "span+expr")
-        parsed = alt if any(_is_expr(p) for p in alt) else parsed
+    listed = _is_list(bare)
+    parsed = _parse("\\boxed{" + bare + "}", inner, "box")
+    fallbacks = [("$" + text + "$", "span")] + ([] if gold or listed else [(text, "expr")])
+    for alt_text, cfg in fallbacks if len(text) <= 200 else ():
+        if any(_is_expr(p) for p in parsed):
+            break
+        alt = [p for p in _parse(alt_text, inner, cfg) if not listed or isinstance(p, FiniteSet)]
+        if any(_is_expr(p) for p in alt):  # keep the box's raw text: an exact match still counts
+            parsed = alt + [p for p in parsed if isinstance(p, str)]
     return parsed
 
 

@@ -8,6 +8,7 @@
 - ``rlvr ui``  the MLflow UI on this project's store;
 - ``rlvr compile SWEEP --target kfp -o FILE.yaml``  the Kubeflow Pipelines v2 pipeline of a sweep;
 - ``rlvr tables SWEEP``  print the latest tables of a sweep;
+- ``rlvr tracking replay [SPOOL]``  send what stages spooled while the tracking server was down;
 - ``rlvr services up|down|status``  a local Airflow + MLflow server + PostgreSQL deployment
   (``components/services``); ``rlvr sweep FILE --on-services`` runs a sweep on it.
 
@@ -319,9 +320,36 @@ def _claims_text(c, run_id: str, local: Path) -> str:
         return ""
 
 
+tracking_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                           help="Records spooled by stages while the tracking server did not answer.")
+
+
+@tracking_app.command("replay")
+def tracking_replay(spool: Optional[list[Path]] = typer.Argument(
+        None, help="spool files (<run id>.jsonl); default: every spool under $RLVR_HOME/work")) -> None:
+    """Send spooled metrics, params, tags, outputs and run ends to their MLflow runs, in order."""
+    from components import tracking_spool
+    server = _running_mlflow_server()
+    if server:
+        os.environ["MLFLOW_TRACKING_URI"] = server
+    files = spool or tracking_spool.spools(lineage.rlvr_home())
+    if not files:
+        typer.echo(f"no spooled records under {lineage.rlvr_home() / 'work'}", err=True)
+        return
+    for f in files:
+        if not f.is_file() or f.suffix != ".jsonl":
+            _die(f"{f}: not a spool file (<run id>.jsonl)")
+        try:
+            n = tracking_spool.replay_file(f, lineage.tracking_uri())
+        except (tracking_spool.TrackingUnavailable, ValueError) as e:
+            _die(str(e), 1)
+        typer.echo(f"{f}: {n} record(s) sent to run {f.stem} at {lineage.tracking_uri()}")
+
+
 from components.services.cli import app as services_app  # noqa: E402 - light: typer + httpx
 
 app.add_typer(services_app, name="services")
+app.add_typer(tracking_app, name="tracking")
 
 if __name__ == "__main__":
     app()

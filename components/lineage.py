@@ -33,7 +33,7 @@ from components.code_fingerprint import code_fingerprint
 from components.error_text import one_line, validation_problem
 from components.progress import note
 from components.stages.base import StageContext
-from components import run_card, tracking
+from components import run_card, tracking, tracking_spool
 from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, client, end_sweep_run,  # noqa: F401
                                  ensure_experiment, start_sweep_run)
 
@@ -237,7 +237,8 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
         tags["mlflow.parentRunId"] = parent_run_id
     run_id = c.create_run(exp_id, tags=tags, run_name=tags["mlflow.runName"]).info.run_id
     _close_dead_attempts(key, run_id)
-    tracker = MlflowTracker(run_id)
+    wd = work_dir(name, key)
+    tracker = MlflowTracker(run_id, spool_dir=wd / tracking_spool.SPOOL_DIR)   # an outage spools, never fails
     # a killed attempt (kill -9, OOM) leaves its temporary dir behind; we hold the key's
     # lock, so no other process is writing one: clear them before starting afresh
     for stale in final.parent.glob(f"{final.name}.tmp-*") if final.parent.is_dir() else ():
@@ -248,7 +249,6 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
         tracker.log_params({name: pdict})   # "train.seed", "evaluate.temperature": one namespace per stage
         _log_inputs(run_id, resolved)
         tmp.mkdir(parents=True)
-        wd = work_dir(name, key)
         wd.mkdir(parents=True, exist_ok=True)
         ctx = StageContext(out_dir=tmp, work_dir=wd, inputs={n: path for n, (path, _) in resolved.items()},
                            tracker=tracker, cache_key=key, sweep=sweep)
@@ -263,17 +263,21 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
         _write_manifest(tmp, manifest)  # last: its presence marks the artifact complete
         _move_into_place(tmp, final)
         placed = True
-        _log_outputs(tracker, name, final, ident, sweep, key, summary, upstream)
-        tracker.set_tags({"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]})
-        c.set_terminated(run_id, "FINISHED")
+        tracker.close("FINISHED", tags={"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]},
+                      outputs={"stage": name, "final": str(final), "ident": ident, "sweep": sweep, "key": key,
+                               "summary": summary, "upstream": upstream})
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if placed:  # its run is not FINISHED: a verified manifest must not outlive it
+        # a tracking outage at the end keeps the complete artifact: its spool (ending FINISHED) replays later
+        spooled = isinstance(e, tracking_spool.TrackingUnavailable)
+        if placed and not spooled:  # its run is not FINISHED: a verified manifest must not outlive it
             shutil.rmtree(final, ignore_errors=True)
         err = _disk_error(name, e, tmp)
         with contextlib.suppress(Exception):
-            tracker.set_tags({"rlvr.error": one_line(f"{type(err or e).__name__}: {err or e}", 500)})
-            c.set_terminated(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            if not spooled:
+                tracker.close("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED",
+                              tags={"rlvr.error": one_line(f"{type(err or e).__name__}: {err or e}", 500)},
+                              wait=0)   # a failed stage does not wait for the server: its spool stays
         if err is not None:
             raise err from e
         raise
@@ -357,6 +361,12 @@ def _upstream_runs(resolved: dict[str, tuple[Path, dict]]) -> dict[str, dict]:
                          tags={k: v for k, v in r.data.tags.items() if k.startswith("rlvr.")})
         out[n] = u
     return out
+
+
+def log_outputs_record(run_id: str, rec: dict) -> None:
+    """A spooled ``outputs`` record (``MlflowTracker.close``) sent to its run."""
+    _log_outputs(MlflowTracker(run_id), rec["stage"], Path(rec["final"]), rec["ident"], rec["sweep"], rec["key"],
+                 rec["summary"], rec["upstream"])
 
 
 def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sweep: str, key: str,

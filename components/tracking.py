@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components import tracking_spool
 from components.artifacts import _canonical, artifact_root, tracking_uri
 
 # MLflow limits (mlflow.utils.validation): keys 250, param values 6000, tags 8000.
@@ -34,6 +35,7 @@ def client():
     from mlflow import MlflowClient
     uri = tracking_uri()
     if uri not in _clients:  # one store (and one sqlite engine) per URI per process
+        tracking_spool.bound_client_retries()
         _clients[uri] = MlflowClient(tracking_uri=uri)
     return _clients[uri]
 
@@ -73,27 +75,35 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
 
 class MlflowTracker:
     """The stage Tracker backed by one MLflow run, addressed by id (never the
-    fluent active-run global, which is per-process and per-thread)."""
+    fluent active-run global, which is per-process and per-thread). With ``spool_dir``
+    (the stage's work dir), a tracking-server outage spools its records there
+    (``components.tracking_spool``) instead of failing the stage."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, spool_dir: Path | None = None):
         self.run_id = run_id
-
-    def _batch(self, kind: str, items: list, size: int) -> None:  # MLflow's per-call limits
-        for i in range(0, len(items), size):
-            client().log_batch(self.run_id, **{kind: items[i:i + size]})
+        self._sender = tracking_spool.Sender(run_id, spool_dir, tracking_uri())
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
         ts = int(time.time() * 1000)
-        self._batch("metrics", [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()], 1000)
+        self._sender.send([tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0]
+                                                             for k, v in metrics.items()])])
 
     def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-        self._batch("params", [Param(k, v) for k, v in _flatten(params).items()], 100)
+        self._sender.send([tracking_spool.record("params", [[k, v] for k, v in _flatten(params).items()])])
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-        self._batch("tags", [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()], 100)
+        self._sender.send([tracking_spool.record("tags", [[k[:_MAX_KEY], str(v)[:_MAX_TAG]]
+                                                          for k, v in tags.items()])])
+
+    def close(self, status: str, tags: dict[str, str] | None = None, outputs: dict | None = None,
+              wait: float | None = None) -> None:
+        """The run's last records (the stage's outputs to log, final tags) and its end; what is
+        spooled is sent first, waiting for the server (TrackingUnavailable when it never answers)."""
+        recs = [tracking_spool.record("outputs", **outputs)] if outputs else []
+        if tags:
+            recs.append(tracking_spool.record("tags", [[k[:_MAX_KEY], str(v)[:_MAX_TAG]] for k, v in tags.items()]))
+        recs.append(tracking_spool.record("end", status=status, ts=int(time.time() * 1000)))
+        self._sender.close(recs, wait)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         log = client().log_artifacts if Path(path).is_dir() else client().log_artifact

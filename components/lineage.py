@@ -44,6 +44,7 @@ STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
 # JSON {stage name: module path}; lets tests and the CLI swap in toy stages across
 # process boundaries (Airflow task processes, `rlvr run-stage` subprocesses).
 OVERRIDES_ENV = "RLVR_STAGE_OVERRIDES"
+FORCE_ENV = "RLVR_FORCE_STAGE"
 SMALL_ARTIFACT_SUFFIXES = {".md", ".csv", ".png", ".json"}
 SMALL_ARTIFACT_BYTES = 10 * 1024 * 1024
 SYSTEM_METRICS_STAGES = {"train"}   # long enough for CPU / memory curves to say something
@@ -177,7 +178,14 @@ def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, swe
               parent_run_id: str | None = None, force: bool = False, cell: dict | None = None) -> dict:
     """``cell``: the DAG cell the call is for (model, method, seed, key, label, benchmark);
     it names the MLflow run and tags it (``components.run_card``), never the cache key."""
-    return _run_stage(name, params, inputs, sweep, parent_run_id, force, cell)
+    return _run_stage(name, params, inputs, sweep, parent_run_id, force or forced(name, cell), cell)
+
+
+def forced(name: str, cell: dict | None) -> bool:
+    """``RLVR_FORCE_STAGE=<stage>[@<cell label>]`` recomputes that stage (that cell), despite
+    the cache: `rlvr rerun` of an in-process sweep (downstream then reruns as the cache decides)."""
+    stage, _, label = os.environ.get(FORCE_ENV, "").partition("@")
+    return stage == name and (not label or label in {str((cell or {}).get(k)) for k in ("key", "label")})
 
 
 def cache_key_of(name: str, params: dict, inputs: dict[str, str]) -> str:

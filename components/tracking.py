@@ -79,14 +79,44 @@ class MlflowTracker:
     (the stage's work dir), a tracking-server outage spools its records there
     (``components.tracking_spool``) instead of failing the stage."""
 
-    def __init__(self, run_id: str, spool_dir: Path | None = None):
+    def __init__(self, run_id: str, spool_dir: Path | None = None, hold_until_commit: bool = False):
         self.run_id = run_id
         self._sender = tracking_spool.Sender(run_id, spool_dir, tracking_uri())
+        # a checkpointed stage's rows wait for the checkpoint that covers them (``commit``): a
+        # killed attempt then leaves no row that its resumed run would log a second time. They
+        # are also on disk, for a kill between the checkpoint and its commit (``recover_held``).
+        self._held: list[dict] | None = [] if hold_until_commit else None
+        self._held_file = tracking_spool.Spool(spool_dir / f"{run_id}.held") if spool_dir and hold_until_commit \
+            else None
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         ts = int(time.time() * 1000)
-        self._sender.send([tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0]
-                                                             for k, v in metrics.items()])])
+        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] for k, v in metrics.items()])
+        if self._held is not None and step is not None:
+            self._held.append(rec)
+            if self._held_file is not None:
+                self._held_file.append([rec])
+        else:
+            self._sender.send([rec])
+
+    def commit(self) -> None:
+        """A checkpoint now holds every step logged so far: send their rows."""
+        if self._held:
+            held, self._held[:] = list(self._held), []
+            self._sender.send(held)
+        if self._held_file is not None:
+            self._held_file.keep([])
+
+    def recover_held(self, upto_step: int) -> int:
+        """An earlier attempt's held rows that its last checkpoint covers (step <= ``upto_step``),
+        sent now; the rest is redone by this attempt. The number of rows sent."""
+        if self._held_file is None:
+            return 0
+        recs = [dict(r, items=[x for x in r["items"] if x[3] <= upto_step]) for r in self._held_file.records()]
+        recs = [r for r in recs if r["items"]]
+        self._sender.send(recs)
+        self._held_file.keep([])
+        return len(recs)
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._sender.send([tracking_spool.record("params", [[k, v] for k, v in _flatten(params).items()])])
@@ -99,7 +129,13 @@ class MlflowTracker:
               wait: float | None = None) -> None:
         """The run's last records (the stage's outputs to log, final tags) and its end; what is
         spooled is sent first, waiting for the server (TrackingUnavailable when it never answers)."""
-        recs = [tracking_spool.record("outputs", **outputs)] if outputs else []
+        # a failed attempt's uncommitted rows stay held on disk: its resumed attempt sends what its checkpoint covers
+        recs = []
+        if status == "FINISHED" and self._held is not None:
+            recs, self._held = list(self._held), []
+            if self._held_file is not None:
+                self._held_file.keep([])
+        recs += [tracking_spool.record("outputs", **outputs)] if outputs else []
         if tags:
             recs.append(tracking_spool.record("tags", [[k[:_MAX_KEY], str(v)[:_MAX_TAG]] for k, v in tags.items()]))
         recs.append(tracking_spool.record("end", status=status, ts=int(time.time() * 1000)))

@@ -91,14 +91,32 @@ def status() -> None:
         raise typer.Exit(1)
 
 
-def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callable[[str], None],
-                      timeout: Optional[float] = None) -> int:
-    """Trigger the sweep on the deployment's Airflow and follow it; the exit code."""
+def _deployment() -> tuple[Path, dict]:
+    """(services dir, config) of the deployment; the MLflow server becomes this process's
+    tracking URI (the tables are read from it)."""
     sd = deploy.services_dir()
     conf_s = deploy.load_config(sd)
     if conf_s is None:
         _die(f"no deployment under {sd}: start one with `rlvr services up`")
-    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)  # the tables are read from the server
+    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)
+    return sd, conf_s
+
+
+def _follow(af: remote.Airflow, dag_id: str, run_id: str, name: str, print_tables: Callable[[str], None],
+            timeout: Optional[float]) -> int:
+    """Follow the run to its end, print its task table (and the tables on success); the exit code."""
+    state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
+    _report(dag_id, state, tis)
+    if state != "success":
+        return 1
+    print_tables(name)
+    return 0
+
+
+def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callable[[str], None],
+                      timeout: Optional[float] = None) -> int:
+    """Trigger the sweep on the deployment's Airflow and follow it; the exit code."""
+    sd, conf_s = _deployment()
     raw = cfg.model_dump(mode="json")
     try:
         af = remote.Airflow(deploy.airflow_url(conf_s))
@@ -106,25 +124,16 @@ def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callabl
         run_id = remote.trigger(af, dag_id, {"sweep": raw, "seeds": raw["seeds"], "methods": raw["methods"],
                                              "rerun": rerun})
         _log(f"triggered {dag_id} run {run_id}: {deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
-        state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
+        return _follow(af, dag_id, run_id, cfg.name, print_tables, timeout)
     except ServiceError as e:
         _die(e)
-    _report(dag_id, state, tis)
-    if state != "success":
-        return 1
-    print_tables(cfg.name)
-    return 0
 
 
 def rerun_on_services(name: str, stage: str, cell: Optional[str], run_id: Optional[str],
                       print_tables: Callable[[str], None], timeout: Optional[float] = None) -> int:
     """Clear a stage (one cell or all) and its downstream in the latest (or named) run of the
     sweep's DAG on the deployment, and follow the run; the exit code."""
-    sd = deploy.services_dir()
-    conf_s = deploy.load_config(sd)
-    if conf_s is None:
-        _die(f"no deployment under {sd}: start one with `rlvr services up`")
-    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)
+    _, conf_s = _deployment()
     dag_id = f"rlvr_{name}"
     try:
         af = remote.Airflow(deploy.airflow_url(conf_s))
@@ -133,14 +142,9 @@ def rerun_on_services(name: str, stage: str, cell: Optional[str], run_id: Option
         cleared = remote.clear_stage(af, dag_id, run_id, stage, cell, labels)
         _log(f"cleared in {dag_id} run {run_id}: " + ", ".join(sorted(remote.ti_name(t) for t in cleared)))
         _log(f"{deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
-        state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
+        return _follow(af, dag_id, run_id, name, print_tables, timeout)
     except ServiceError as e:
         _die(e)
-    _report(dag_id, state, tis)
-    if state != "success":
-        return 1
-    print_tables(name)
-    return 0
 
 
 def _grid_keys(name: str, airflow_run: str) -> list[str]:

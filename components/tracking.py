@@ -171,8 +171,51 @@ def start_sweep_run(sweep_name: str, config: dict) -> str:
     return run.info.run_id
 
 
-def end_sweep_run(run_id: str, status: str = "FINISHED") -> None:
+def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = None) -> None:
+    """Close the sweep's parent run. With the ``tables`` stage's result, the run also answers
+    the sweep's question: its description is the results table headed by the winning
+    method, and each method's headline numbers are parent-run metrics."""
+    if tables and status == "FINISHED":
+        summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
     client().set_terminated(run_id, status)
+
+
+def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]:
+    """``<method>/<eval set>_mean_at_k`` (and ``<method>/tokens_per_update`` where the tokens
+    table has both) for each trained method of the sweep, and the results table as the
+    run's Markdown description; returns the metrics."""
+    import json
+
+    import pandas as pd
+    c = client()
+    text = (out / "tables.md").read_text()
+    if not (out / "tables.csv").is_file():   # a tables stage without the accuracy table: its text only
+        MlflowTracker(run_id).set_tags({"mlflow.note.content": text[:_MAX_TAG]})
+        return {}
+    df = pd.read_csv(out / "tables.csv")
+    trained = json.loads(c.get_run(run_id).data.params.get("sweep.methods", "[]"))
+    df = df[df["method"].isin(trained)] if trained else df
+    where = df["eval_set"] if "eval_set" in df else pd.Series(["heldout"] * len(df), index=df.index)
+    metrics = {}
+    for (_, row), ev in zip(df.iterrows(), where):
+        metrics[f"{row['method']}/{ev}_mean_at_k"] = float(row["mean@k"])
+        if pd.notna(row.get("updates")) and row.get("updates") and pd.notna(row.get("generated_tokens")):
+            metrics[f"{row['method']}/tokens_per_update"] = float(row["generated_tokens"]) / float(row["updates"])
+    head = df[where == ("heldout" if (where == "heldout").any() else where.iloc[0])] if len(df) else df
+    lines = []
+    if len(head):
+        best = head.sort_values("mean@k", ascending=False).iloc[0]
+        lines.append(f"**Winner: {best['method']}** (mean@k {best['mean@k']:.3f} on "
+                     f"{'heldout' if 'eval_set' not in df else best['eval_set']}, best of "
+                     f"{', '.join(head['method'])}).\n")
+    text = "\n".join(lines) + "\n" + text
+    note = f"\n\n[all tables and plots: run {tables_run}]\n" if tables_run else ""
+    if len(text) + len(note) > _MAX_TAG:
+        text = text[:_MAX_TAG - len(note) - 30] + "\n\n... (cut: see tables.md)"
+    MlflowTracker(run_id).log_metrics(metrics)
+    MlflowTracker(run_id).set_tags({"mlflow.note.content": text + note, **({"rlvr.winner": str(best["method"])}
+                                                                         if len(head) else {})})
+    return metrics
 
 
 def sweep_runs_url(base: str, sweep: str | None) -> str:

@@ -119,6 +119,7 @@ def test_sweep_runs_end_to_end_then_all_cached(two_sweeps, monkeypatch):
     parents = sorted((x for x in runs if x.data.tags.get("rlvr.kind") == "sweep"), key=lambda x: x.info.start_time)
     children = [x for x in runs if "rlvr.stage" in x.data.tags]
     assert len(parents) == 3 and all(p.info.status == "FINISHED" for p in parents)   # runs 1, 3 and the rerun
+    assert all("| eval_tiny-vsr-s0 | 0.5 |" in p.data.tags["mlflow.note.content"] for p in parents)   # tables.md
     assert len(children) == 13 and len(runs) == 16
     rerun = [x for x in children if x.data.tags["mlflow.parentRunId"] == parents[2].info.run_id]
     assert [(x.data.tags["rlvr.stage"], x.data.tags["rlvr.label"]) for x in rerun] == [("train", "tiny-vsr-s0")]

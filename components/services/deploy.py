@@ -134,6 +134,9 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
             # requests (the REST store) iterates os.environ in another: KeyError mid-call in
             # tasks that log to the server (seen under load); and it phones home
             "MLFLOW_DISABLE_TELEMETRY": "true",
+            # mlflow's own stderr handler would put its INFO lines in task logs as ERROR (a task's
+            # stderr is logged at ERROR); unconfigured, its records reach Airflow's handlers at their level
+            "MLFLOW_CONFIGURE_LOGGING": "false",
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "RLVR_STAGE_POOL": POOL, "RLVR_STAGE_POOL_SLOTS": threads,
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p),
@@ -285,7 +288,8 @@ def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
         _, ml_db = db_urls(sd, cfg)
         # the store URI (it holds the password) by environment, not argv (visible in ps);
         # no GenAI job runner: its seven huey consumers would cost ~700 MB for nothing here
-        ml_env = {**e, "MLFLOW_BACKEND_STORE_URI": ml_db, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        ml_env = {**e, "MLFLOW_BACKEND_STORE_URI": ml_db, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+                  "MLFLOW_CONFIGURE_LOGGING": "true"}   # the server's own log file
         procs.start(sd, "mlflow", [_exe("mlflow"), "server",
                                    "--artifacts-destination", (sd / "mlflow" / "artifacts").as_uri(),
                                    "--host", "127.0.0.1", "--port", str(cfg["mlflow_port"]), "--workers", "1"], ml_env)

@@ -205,10 +205,11 @@ def clear_stage(af: Airflow, dag_id: str, run_id: str, stage: str, cell: str | N
     map_index = None
     if cell is not None:
         hit = [t for t in tis if cell in (t.get("rendered_map_index"), str(t["map_index"]))]
-        if not hit and labels is not None and any(not t.get("rendered_map_index") for t in tis):
+        # a task killed before its label was rendered shows its map index (or nothing) instead
+        bare = [t for t in tis if t.get("rendered_map_index") in (None, "", str(t["map_index"]))]
+        if not hit and labels is not None and bare:
             known = labels()
-            hit = [t for t in tis if not t.get("rendered_map_index") and 0 <= t["map_index"] < len(known)
-                   and known[t["map_index"]] == cell]
+            hit = [t for t in bare if 0 <= t["map_index"] < len(known) and known[t["map_index"]] == cell]
         if not hit:
             have = ", ".join(str(t.get("rendered_map_index") or t["map_index"]) for t in tis)
             raise ServiceError(f"{dag_id} run {run_id}: {stage} has no cell {cell!r} (cells: {have})")

@@ -163,6 +163,13 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert all(x.info.artifact_uri.startswith("mlflow-artifacts:/") for x in stage_runs)
     sweeps = [x for x in c.search_runs([exp]) if x.data.tags.get("rlvr.kind") == "sweep"]
     assert [x.info.status for x in sweeps] == ["FINISHED"]
+    # the sweep's run answers the question: the winner, the results table, each method's headline numbers
+    top = sweeps[0].data
+    assert top.tags["rlvr.winner"] in ("grpo", "vsr") and f"**Winner: {top.tags['rlvr.winner']}**" in \
+        top.tags["mlflow.note.content"] and "mean@k [95% CI]" in top.tags["mlflow.note.content"], top.tags
+    assert {"grpo/heldout_mean_at_k", "vsr/heldout_mean_at_k"} <= set(top.metrics), top.metrics
+    best = max(("grpo", "vsr"), key=lambda m: top.metrics[f"{m}/heldout_mean_at_k"])
+    assert top.metrics[f"{top.tags['rlvr.winner']}/heldout_mean_at_k"] == top.metrics[f"{best}/heldout_mean_at_k"]
     vsr = next(x for x in stage_runs if x.data.tags["rlvr.stage"] == "train" and _param(x, "method") == "vsr")
     rewards = [m.value for m in c.get_metric_history(vsr.info.run_id, "reward/mean")]
     assert len(rewards) == 4 and max(rewards) > 0, rewards                 # the real grader scored inside tasks
@@ -204,6 +211,10 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     resumed = re.search(r"resumed from step-(\d+)", log)
     assert resumed and int(resumed.group(1)) >= int(ckpt.split("-")[1]), log[-3000:]   # not from step 0
     assert _sweep_run(c, exp, run2).info.status == "FINISHED"
+    raw = af.call("GET", f"/dags/rlvr_svc/dagRuns/{run2}/taskInstances/train/logs/2",
+                  params={"map_index": victim["map_index"], "full_content": True}, headers={"Accept": "application/json"})
+    errors = [x for x in raw["content"] if isinstance(x, dict) and x.get("level") in ("error", "critical")]
+    assert not errors, errors[:5]                                          # MLflow's INFO lines are INFO here
     vsr1 = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train'") if _param(x, "method") == "vsr"
             and _param(x, "seed") == "1"]
     assert [x.info.status for x in vsr1] == ["FINISHED"]                   # the resumed attempt continued its run

@@ -5,9 +5,12 @@
 - ``rlvr run-stage NAME --params JSON --inputs JSON``  one cached stage (what an
   Airflow task or a Kubernetes pod runs), and ``rlvr train-verl ...``  one verl run outside
   the cache (a KubeRay RayJob): the job commands, in ``components/job_cli.py``;
+- ``rlvr rerun SWEEP STAGE [--cell LABEL] [--run ID] [--on-services]``  recompute one stage
+  (one cell) and its downstream, in process or in an Airflow run of the services;
 - ``rlvr ui``  the MLflow UI on this project's store;
 - ``rlvr compile SWEEP --target kfp -o FILE.yaml``  the Kubeflow Pipelines v2 pipeline of a sweep;
 - ``rlvr tables SWEEP``  print the latest tables of a sweep;
+- ``rlvr tracking replay [SPOOL]``  send what stages spooled while the tracking server was down;
 - ``rlvr services up|down|status``  a local Airflow + MLflow server + PostgreSQL deployment
   (``components/services``); ``rlvr sweep FILE --on-services`` runs a sweep on it.
 
@@ -150,6 +153,51 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
         raise typer.Exit(1)
     receipts.commit(home, cfg.name, fp, receipt)
     _print_tables(cfg.name, plots=True)
+
+
+@app.command()
+def rerun(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name or sweep YAML"),
+          stage: str = typer.Argument(..., help="the stage to recompute (train, evaluate, tables, ...)"),
+          cell: Optional[str] = typer.Option(None, "--cell", help="one mapped cell by its label (tiny-vsr-s0; "
+                                                                  "an evaluation's label) or map index"),
+          run_id: Optional[str] = typer.Option(None, "--run", help="the Airflow run (default: the latest); "
+                                                                   "services only"),
+          on_services: bool = typer.Option(False, "--on-services", help="clear it in a run of `rlvr services up`'s "
+                                                                        "Airflow and follow the run")) -> None:
+    """Rerun a stage (one cell or all) and its downstream. --on-services: clear the tasks in the
+    latest (or named) Airflow run over its REST API and follow it. In process: run the sweep
+    again with that stage recomputed; its downstream reruns where its inputs changed, the rest
+    is the cache."""
+    file = _sweep_file(sweep_ref)
+    try:
+        name = load_sweep(file).name if file else sweep_ref
+    except SweepError as e:
+        _die(str(e))
+    if on_services or run_id:
+        from components.services.cli import rerun_on_services
+        raise typer.Exit(rerun_on_services(name, stage, cell, run_id, _print_tables))
+    if file is None:
+        _die(f"{sweep_ref}: no sweep file of that name in {DAGS / 'sweeps'}; give the sweep YAML")
+    cfg = load_sweep(file)
+    stages = {s for s, _ in cfg.planned_params()}   # an unknown stage fails before Airflow starts
+    if stage not in stages:
+        _die(f"{file}: no stage {stage!r} in this sweep (stages: {', '.join(sorted(stages))})")
+    cells = {"train": [g["key"] for g in cfg.grid()], "evaluate": [e["label"] for e in cfg.eval_cells()]}.get(stage)
+    if cell is not None and (cells is None or cell not in cells):
+        _die(f"{file}: stage {stage!r} has no cell {cell!r}" + (f" (cells: {', '.join(cells)})" if cells else
+                                                                " (it is not mapped)"))
+    os.environ[lineage.FORCE_ENV] = stage + (f"@{cell}" if cell else "")
+    sweep(file, rerun=False, dag=True, on_services=False)
+
+
+def _sweep_file(ref: str) -> Path | None:
+    """The sweep YAML ``ref`` names: a path, or a name in dags/sweeps; None when neither."""
+    if ref.endswith((".yaml", ".yml")):
+        if not Path(ref).exists():
+            _die(f"{ref}: no such file")
+        return Path(ref).expanduser().resolve()
+    f = DAGS / "sweeps" / f"{ref}.yaml"
+    return f if f.exists() else None
 
 
 def _report(dr, state: str) -> None:
@@ -319,9 +367,36 @@ def _claims_text(c, run_id: str, local: Path) -> str:
         return ""
 
 
+tracking_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                           help="Records spooled by stages while the tracking server did not answer.")
+
+
+@tracking_app.command("replay")
+def tracking_replay(spool: Optional[list[Path]] = typer.Argument(
+        None, help="spool files (<run id>.jsonl); default: every spool under $RLVR_HOME/work")) -> None:
+    """Send spooled metrics, params, tags, outputs and run ends to their MLflow runs, in order."""
+    from components import tracking_spool
+    server = _running_mlflow_server()
+    if server:
+        os.environ["MLFLOW_TRACKING_URI"] = server
+    files = spool or tracking_spool.spools(lineage.rlvr_home())
+    if not files:
+        typer.echo(f"no spooled records under {lineage.rlvr_home() / 'work'}", err=True)
+        return
+    for f in files:
+        if not f.is_file() or f.suffix != ".jsonl":
+            _die(f"{f}: not a spool file (<run id>.jsonl)")
+        try:
+            n = tracking_spool.replay_file(f, lineage.tracking_uri())
+        except (tracking_spool.TrackingUnavailable, ValueError) as e:
+            _die(str(e), 1)
+        typer.echo(f"{f}: {n} record(s) sent to run {f.stem} at {lineage.tracking_uri()}")
+
+
 from components.services.cli import app as services_app  # noqa: E402 - light: typer + httpx
 
 app.add_typer(services_app, name="services")
+app.add_typer(tracking_app, name="tracking")
 
 if __name__ == "__main__":
     app()

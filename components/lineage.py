@@ -33,7 +33,7 @@ from components.code_fingerprint import code_fingerprint
 from components.error_text import one_line, validation_problem
 from components.progress import note
 from components.stages.base import StageContext
-from components import run_card, tracking
+from components import run_card, tracking, tracking_spool
 from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, client, end_sweep_run,  # noqa: F401
                                  ensure_experiment, start_sweep_run)
 
@@ -44,9 +44,12 @@ STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (
 # JSON {stage name: module path}; lets tests and the CLI swap in toy stages across
 # process boundaries (Airflow task processes, `rlvr run-stage` subprocesses).
 OVERRIDES_ENV = "RLVR_STAGE_OVERRIDES"
+FORCE_ENV = "RLVR_FORCE_STAGE"
 SMALL_ARTIFACT_SUFFIXES = {".md", ".csv", ".png", ".json"}
 SMALL_ARTIFACT_BYTES = 10 * 1024 * 1024
 SYSTEM_METRICS_STAGES = {"train"}   # long enough for CPU / memory curves to say something
+CHECKPOINTED_STAGES = {"train"}     # metric rows are sent with the checkpoint that covers them
+CHECKPOINTS = "checkpoints/step-*/trainer_state.json"   # in the work dir: what a resumed attempt starts from
 
 
 class StageError(RuntimeError):
@@ -177,7 +180,14 @@ def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, swe
               parent_run_id: str | None = None, force: bool = False, cell: dict | None = None) -> dict:
     """``cell``: the DAG cell the call is for (model, method, seed, key, label, benchmark);
     it names the MLflow run and tags it (``components.run_card``), never the cache key."""
-    return _run_stage(name, params, inputs, sweep, parent_run_id, force, cell)
+    return _run_stage(name, params, inputs, sweep, parent_run_id, force or forced(name, cell), cell)
+
+
+def forced(name: str, cell: dict | None) -> bool:
+    """``RLVR_FORCE_STAGE=<stage>[@<cell label>]`` recomputes that stage (that cell), despite
+    the cache: `rlvr rerun` of an in-process sweep (downstream then reruns as the cache decides)."""
+    stage, _, label = os.environ.get(FORCE_ENV, "").partition("@")
+    return stage == name and (not label or label in {str((cell or {}).get(k)) for k in ("key", "label")})
 
 
 def cache_key_of(name: str, params: dict, inputs: dict[str, str]) -> str:
@@ -235,9 +245,14 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
             "mlflow.note.content": run_card.description(name, mod.VERSION, sweep, key, final, upstream)[:_MAX_TAG]}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run_id = c.create_run(exp_id, tags=tags, run_name=tags["mlflow.runName"]).info.run_id
+    wd = work_dir(name, key)
+    run_id = _resume_attempt(exp_id, key, wd, tags) or \
+        c.create_run(exp_id, tags={**tags, "rlvr.attempt": "1"}, run_name=tags["mlflow.runName"]).info.run_id
     _close_dead_attempts(key, run_id)
-    tracker = MlflowTracker(run_id)
+    tracker = MlflowTracker(run_id, spool_dir=wd / tracking_spool.SPOOL_DIR,   # an outage spools, never fails
+                            hold_until_commit=name in CHECKPOINTED_STAGES)
+    if (ckpt := _checkpoint(wd)) is not None:   # the trainer logs step s's row as step s+1, then saves step-s
+        tracker.recover_held(int(ckpt.removeprefix("step-")) + 1)
     # a killed attempt (kill -9, OOM) leaves its temporary dir behind; we hold the key's
     # lock, so no other process is writing one: clear them before starting afresh
     for stale in final.parent.glob(f"{final.name}.tmp-*") if final.parent.is_dir() else ():
@@ -248,7 +263,6 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
         tracker.log_params({name: pdict})   # "train.seed", "evaluate.temperature": one namespace per stage
         _log_inputs(run_id, resolved)
         tmp.mkdir(parents=True)
-        wd = work_dir(name, key)
         wd.mkdir(parents=True, exist_ok=True)
         ctx = StageContext(out_dir=tmp, work_dir=wd, inputs={n: path for n, (path, _) in resolved.items()},
                            tracker=tracker, cache_key=key, sweep=sweep)
@@ -263,17 +277,21 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
         _write_manifest(tmp, manifest)  # last: its presence marks the artifact complete
         _move_into_place(tmp, final)
         placed = True
-        _log_outputs(tracker, name, final, ident, sweep, key, summary, upstream)
-        tracker.set_tags({"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]})
-        c.set_terminated(run_id, "FINISHED")
+        tracker.close("FINISHED", tags={"rlvr.output_uri": str(final), "rlvr.digest": manifest["digest"]},
+                      outputs={"stage": name, "final": str(final), "ident": ident, "sweep": sweep, "key": key,
+                               "summary": summary, "upstream": upstream})
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if placed:  # its run is not FINISHED: a verified manifest must not outlive it
+        # a tracking outage at the end keeps the complete artifact: its spool (ending FINISHED) replays later
+        spooled = isinstance(e, tracking_spool.TrackingUnavailable)
+        if placed and not spooled:  # its run is not FINISHED: a verified manifest must not outlive it
             shutil.rmtree(final, ignore_errors=True)
         err = _disk_error(name, e, tmp)
         with contextlib.suppress(Exception):
-            tracker.set_tags({"rlvr.error": one_line(f"{type(err or e).__name__}: {err or e}", 500)})
-            c.set_terminated(run_id, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            if not spooled:
+                tracker.close("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED",
+                              tags={"rlvr.error": one_line(f"{type(err or e).__name__}: {err or e}", 500)},
+                              wait=0)   # a failed stage does not wait for the server: its spool stays
         if err is not None:
             raise err from e
         raise
@@ -294,6 +312,37 @@ def _disk_error(stage: str, e: BaseException, tmp: Path) -> OSError | None:
     where = e.filename or tmp
     return OSError(e.errno, f"stage '{stage}': cannot write its artifact ({os.strerror(e.errno)}) at {where}; "
                             "nothing was marked finished")
+
+
+def _checkpoint(wd: Path) -> str | None:
+    """The latest complete checkpoint a resumed attempt starts from (``step-NNNNNN``), if any."""
+    done = sorted(p.parent.name for p in wd.glob(CHECKPOINTS))
+    return done[-1] if done else None
+
+
+def _resume_attempt(exp_id: str, key: str, wd: Path, tags: dict[str, str]) -> str | None:
+    """The run of an earlier attempt at ``key`` in this experiment that left a checkpoint: the
+    new attempt resumes from it, so it continues that run (one run per training cell, its
+    curves continuous); the attempts are in its ``rlvr.attempt*`` tags. None: start a new run."""
+    ckpt = _checkpoint(wd)
+    if ckpt is None:
+        return None
+    c = client()
+    prior = c.search_runs([exp_id], f"tags.`rlvr.cache_key` = '{key}' and attributes.status != 'FINISHED'",
+                          order_by=["attributes.start_time DESC"], max_results=1)
+    if not prior:
+        return None
+    run = prior[0]
+    n = int(run.data.tags.get("rlvr.attempt", "1"))
+    how = run.data.tags.get("rlvr.error") or "died without closing its run (killed)"
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    c.update_run(run.info.run_id, status="RUNNING")
+    MlflowTracker(run.info.run_id).set_tags({**tags, "rlvr.attempt": str(n + 1),
+                                             f"rlvr.attempt.{n}": one_line(f"{run.info.status}: {how}", 400),
+                                             f"rlvr.attempt.{n + 1}": f"started {stamp}, resumed from {ckpt}"})
+    if "rlvr.error" in run.data.tags:  # the error of an attempt, now in its rlvr.attempt.<n> tag
+        c.delete_tag(run.info.run_id, "rlvr.error")
+    return run.info.run_id
 
 
 def _close_dead_attempts(key: str, run_id: str) -> None:
@@ -357,6 +406,12 @@ def _upstream_runs(resolved: dict[str, tuple[Path, dict]]) -> dict[str, dict]:
                          tags={k: v for k, v in r.data.tags.items() if k.startswith("rlvr.")})
         out[n] = u
     return out
+
+
+def log_outputs_record(run_id: str, rec: dict) -> None:
+    """A spooled ``outputs`` record (``MlflowTracker.close``) sent to its run."""
+    _log_outputs(MlflowTracker(run_id), rec["stage"], Path(rec["final"]), rec["ident"], rec["sweep"], rec["key"],
+                 rec["summary"], rec["upstream"])
 
 
 def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sweep: str, key: str,

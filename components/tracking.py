@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components import tracking_spool
 from components.artifacts import _canonical, artifact_root, tracking_uri
 
 # MLflow limits (mlflow.utils.validation): keys 250, param values 6000, tags 8000.
@@ -34,6 +35,7 @@ def client():
     from mlflow import MlflowClient
     uri = tracking_uri()
     if uri not in _clients:  # one store (and one sqlite engine) per URI per process
+        tracking_spool.bound_client_retries()
         _clients[uri] = MlflowClient(tracking_uri=uri)
     return _clients[uri]
 
@@ -73,27 +75,71 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
 
 class MlflowTracker:
     """The stage Tracker backed by one MLflow run, addressed by id (never the
-    fluent active-run global, which is per-process and per-thread)."""
+    fluent active-run global, which is per-process and per-thread). With ``spool_dir``
+    (the stage's work dir), a tracking-server outage spools its records there
+    (``components.tracking_spool``) instead of failing the stage."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, spool_dir: Path | None = None, hold_until_commit: bool = False):
         self.run_id = run_id
-
-    def _batch(self, kind: str, items: list, size: int) -> None:  # MLflow's per-call limits
-        for i in range(0, len(items), size):
-            client().log_batch(self.run_id, **{kind: items[i:i + size]})
+        self._sender = tracking_spool.Sender(run_id, spool_dir, tracking_uri())
+        # a checkpointed stage's rows wait for the checkpoint that covers them (``commit``): a
+        # killed attempt then leaves no row that its resumed run would log a second time. They
+        # are also on disk, for a kill between the checkpoint and its commit (``recover_held``).
+        self._held: list[dict] | None = [] if hold_until_commit else None
+        self._held_file = tracking_spool.Spool(spool_dir / f"{run_id}.held") if spool_dir and hold_until_commit \
+            else None
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        from mlflow.entities import Metric
         ts = int(time.time() * 1000)
-        self._batch("metrics", [Metric(k[:_MAX_KEY], float(v), ts, step or 0) for k, v in metrics.items()], 1000)
+        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] for k, v in metrics.items()])
+        if self._held is not None and step is not None:
+            self._held.append(rec)
+            if self._held_file is not None:
+                self._held_file.append([rec])
+        else:
+            self._sender.send([rec])
+
+    def commit(self) -> None:
+        """A checkpoint now holds every step logged so far: send their rows."""
+        if self._held:
+            held, self._held[:] = list(self._held), []
+            self._sender.send(held)
+        if self._held_file is not None:
+            self._held_file.keep([])
+
+    def recover_held(self, upto_step: int) -> int:
+        """An earlier attempt's held rows that its last checkpoint covers (step <= ``upto_step``),
+        sent now; the rest is redone by this attempt. The number of rows sent."""
+        if self._held_file is None:
+            return 0
+        recs = [dict(r, items=[x for x in r["items"] if x[3] <= upto_step]) for r in self._held_file.records()]
+        recs = [r for r in recs if r["items"]]
+        self._sender.send(recs)
+        self._held_file.keep([])
+        return len(recs)
 
     def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-        self._batch("params", [Param(k, v) for k, v in _flatten(params).items()], 100)
+        self._sender.send([tracking_spool.record("params", [[k, v] for k, v in _flatten(params).items()])])
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-        self._batch("tags", [RunTag(k[:_MAX_KEY], str(v)[:_MAX_TAG]) for k, v in tags.items()], 100)
+        self._sender.send([tracking_spool.record("tags", [[k[:_MAX_KEY], str(v)[:_MAX_TAG]]
+                                                          for k, v in tags.items()])])
+
+    def close(self, status: str, tags: dict[str, str] | None = None, outputs: dict | None = None,
+              wait: float | None = None) -> None:
+        """The run's last records (the stage's outputs to log, final tags) and its end; what is
+        spooled is sent first, waiting for the server (TrackingUnavailable when it never answers)."""
+        # a failed attempt's uncommitted rows stay held on disk: its resumed attempt sends what its checkpoint covers
+        recs = []
+        if status == "FINISHED" and self._held is not None:
+            recs, self._held = list(self._held), []
+            if self._held_file is not None:
+                self._held_file.keep([])
+        recs += [tracking_spool.record("outputs", **outputs)] if outputs else []
+        if tags:
+            recs.append(tracking_spool.record("tags", [[k[:_MAX_KEY], str(v)[:_MAX_TAG]] for k, v in tags.items()]))
+        recs.append(tracking_spool.record("end", status=status, ts=int(time.time() * 1000)))
+        self._sender.close(recs, wait)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         log = client().log_artifacts if Path(path).is_dir() else client().log_artifact
@@ -125,8 +171,51 @@ def start_sweep_run(sweep_name: str, config: dict) -> str:
     return run.info.run_id
 
 
-def end_sweep_run(run_id: str, status: str = "FINISHED") -> None:
+def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = None) -> None:
+    """Close the sweep's parent run. With the ``tables`` stage's result, the run also answers
+    the sweep's question: its description is the results table headed by the winning
+    method, and each method's headline numbers are parent-run metrics."""
+    if tables and status == "FINISHED":
+        summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
     client().set_terminated(run_id, status)
+
+
+def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]:
+    """``<method>/<eval set>_mean_at_k`` (and ``<method>/tokens_per_update`` where the tokens
+    table has both) for each trained method of the sweep, and the results table as the
+    run's Markdown description; returns the metrics."""
+    import json
+
+    import pandas as pd
+    c = client()
+    text = (out / "tables.md").read_text()
+    if not (out / "tables.csv").is_file():   # a tables stage without the accuracy table: its text only
+        MlflowTracker(run_id).set_tags({"mlflow.note.content": text[:_MAX_TAG]})
+        return {}
+    df = pd.read_csv(out / "tables.csv")
+    trained = json.loads(c.get_run(run_id).data.params.get("sweep.methods", "[]"))
+    df = df[df["method"].isin(trained)] if trained else df
+    where = df["eval_set"] if "eval_set" in df else pd.Series(["heldout"] * len(df), index=df.index)
+    metrics = {}
+    for (_, row), ev in zip(df.iterrows(), where):
+        metrics[f"{row['method']}/{ev}_mean_at_k"] = float(row["mean@k"])
+        if pd.notna(row.get("updates")) and row.get("updates") and pd.notna(row.get("generated_tokens")):
+            metrics[f"{row['method']}/tokens_per_update"] = float(row["generated_tokens"]) / float(row["updates"])
+    head = df[where == ("heldout" if (where == "heldout").any() else where.iloc[0])] if len(df) else df
+    lines = []
+    if len(head):
+        best = head.sort_values("mean@k", ascending=False).iloc[0]
+        lines.append(f"**Winner: {best['method']}** (mean@k {best['mean@k']:.3f} on "
+                     f"{'heldout' if 'eval_set' not in df else best['eval_set']}, best of "
+                     f"{', '.join(head['method'])}).\n")
+    text = "\n".join(lines) + "\n" + text
+    note = f"\n\n[all tables and plots: run {tables_run}]\n" if tables_run else ""
+    if len(text) + len(note) > _MAX_TAG:
+        text = text[:_MAX_TAG - len(note) - 30] + "\n\n... (cut: see tables.md)"
+    MlflowTracker(run_id).log_metrics(metrics)
+    MlflowTracker(run_id).set_tags({"mlflow.note.content": text + note, **({"rlvr.winner": str(best["method"])}
+                                                                         if len(head) else {})})
+    return metrics
 
 
 def sweep_runs_url(base: str, sweep: str | None) -> str:

@@ -187,7 +187,7 @@ def build_dag(cfg: Sweep, source: Path):
                 return "no sweep run"
             done = ti.xcom_pull(task_ids="tables")
             status = "FINISHED" if done else "FAILED"
-            end_sweep_run(parent, status)
+            end_sweep_run(parent, status, tables=done)   # the results table and winner on the sweep's run
             return status
 
         start = start_sweep()

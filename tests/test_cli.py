@@ -65,13 +65,16 @@ import os, sys, time
 from pathlib import Path
 from components.cli import app
 codes = []
-for i in range(3):
+for i in range(4):
+    args = ["sweep", sys.argv[1]]
+    if i == 3:  # rerun one cell of one stage: it alone is recomputed, downstream is the cache
+        args = ["rerun", sys.argv[1], "train", "--cell", "tiny-vsr-s0"]
     if i == 2:  # tamper with one finished artifact: the receipt check must notice and run the DAG
         victim = sorted((Path(os.environ["RLVR_HOME"]) / "artifacts" / "evaluate").glob("*/out.json"))[0]
         victim.write_text(victim.read_text() + " ")
     t = time.time()
     try:
-        app(["sweep", sys.argv[1]], standalone_mode=False)
+        app(args, standalone_mode=False)
         codes.append(0)
     except SystemExit as e:
         codes.append(e.code)
@@ -90,32 +93,36 @@ def two_sweeps(tmp_path_factory):
     r = subprocess.run([sys.executable, "-c", DRIVER, str(root / "clitest.yaml")], cwd=root, env=_env(home),
                        capture_output=True, text=True, timeout=300)
     first, _, rest = r.stderr.partition("@@RUN0")
-    second, _, third = rest.partition("@@RUN1")
-    return home, r, first, second, third
+    second, _, rest = rest.partition("@@RUN1")
+    third, _, fourth = rest.partition("@@RUN2")
+    return home, r, first, second, third, fourth
 
 
 def test_sweep_runs_end_to_end_then_all_cached(two_sweeps, monkeypatch):
-    home, r, first, second, third = two_sweeps
+    home, r, first, second, third, fourth = two_sweeps
     print(*[ln for ln in r.stderr.splitlines() if ln.startswith("@@RUN")], sep="\n")
-    assert all(f"@@RUN{i} rc=0" in r.stderr for i in range(3)), r.stderr[-4000:]
+    assert all(f"@@RUN{i} rc=0" in r.stderr for i in range(4)), r.stderr[-4000:]
     assert "rlvr ui" in first and "mlflow.db" in first and "success" in first
     assert "initialising the Airflow metadata DB" in first
     assert (home / "airflow" / ".rlvr-migrated").exists()
     # run 2: the receipt of run 1 shows every stage call cached: Airflow is not started
     assert "all 11 stage calls of its last successful run are cached" in second and "Airflow not started" in second
     assert "DAG run" not in second and "rlvr ui" in second
-    assert r.stdout.count("eval_tiny-vsr-s0") == 3               # the tables, printed by each run
+    assert r.stdout.count("eval_tiny-vsr-s0") == 4               # the tables, printed by each run
     # run 3: a tampered artifact fails the check; the DAG runs and recomputes that one stage
     assert "running the DAG: evaluate: output" in third and "success" in third
     assert "initialising the Airflow metadata DB" not in third  # migrated once
     calls = (home.parent / "calls.txt").read_text().split()
     assert sorted(calls) == sorted(["prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "train",
-                                    "evaluate", "evaluate", "evaluate", "tokens", "tables", "evaluate"])
+                                    "evaluate", "evaluate", "evaluate", "tokens", "tables", "evaluate", "train"])
     runs = _stage_runs(home, monkeypatch)
     parents = sorted((x for x in runs if x.data.tags.get("rlvr.kind") == "sweep"), key=lambda x: x.info.start_time)
     children = [x for x in runs if "rlvr.stage" in x.data.tags]
-    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)   # runs 1 and 3
-    assert len(children) == 12 and len(runs) == 14
+    assert len(parents) == 3 and all(p.info.status == "FINISHED" for p in parents)   # runs 1, 3 and the rerun
+    assert all("| eval_tiny-vsr-s0 | 0.5 |" in p.data.tags["mlflow.note.content"] for p in parents)   # tables.md
+    assert len(children) == 13 and len(runs) == 16
+    rerun = [x for x in children if x.data.tags["mlflow.parentRunId"] == parents[2].info.run_id]
+    assert [(x.data.tags["rlvr.stage"], x.data.tags["rlvr.label"]) for x in rerun] == [("train", "tiny-vsr-s0")]
     assert sum(x.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for x in children) == 11
     assert all(x.info.status == "FINISHED" for x in children)
 
@@ -203,3 +210,13 @@ def test_airflow_home_per_sweep_process(monkeypatch, tmp_path):
     assert env["AIRFLOW_HOME"] == str((tmp_path / "af2").resolve())
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"sqlite:///{(tmp_path / 'af2').resolve() / 'airflow.db'}"
     assert env["RLVR_HOME"] == str((tmp_path / "store").resolve())
+
+
+def test_rerun_names_an_unknown_cell(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
+    monkeypatch.setenv(lineage.OVERRIDES_ENV, json.dumps(toy_stages.OVERRIDES))
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    r = CliRunner().invoke(app, ["rerun", str(tmp_path / "s.yaml"), "train", "--cell", "tiny-nope-s0"])
+    assert r.exit_code == 2 and "has no cell 'tiny-nope-s0' (cells: tiny-grpo-s0, tiny-vsr-s0)" in r.output, r.output
+    r = CliRunner().invoke(app, ["rerun", str(tmp_path / "s.yaml"), "trian"])
+    assert r.exit_code == 2 and "no stage 'trian'" in r.output, r.output

@@ -175,6 +175,7 @@ class EpisodeTrainer(EpisodeLoop):
 
     def save_checkpoint(self, step: int, state: dict[str, Any]) -> None:
         checkpoint.save(self.ckpt_root, step, self.model, self.opt, None, {"step": step, **state})
+        getattr(self.tracker, "commit", lambda: None)()   # the rows this checkpoint covers reach MLflow
 
     def log_metrics(self, row: dict[str, float], step: int) -> None:
         self.tracker.log_metrics(row, step=step)

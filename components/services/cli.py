@@ -1,4 +1,4 @@
-"""``rlvr services up|down|status`` and the ``--on-services`` path of ``rlvr sweep``."""
+"""``rlvr services up|restart|down|status`` and the ``--on-services`` path of ``rlvr sweep``."""
 from __future__ import annotations
 
 import os
@@ -33,7 +33,8 @@ def up(db: Optional[str] = typer.Option(None, "--db", help="postgres (default wh
        timeout: float = typer.Option(240.0, "--timeout", help="seconds to wait for every service to be healthy"),
        ) -> None:
     """Start PostgreSQL, the MLflow server and Airflow (api-server, scheduler, dag-processor,
-    triggerer); wait until all are healthy."""
+    triggerer), those that are not running (a running one and its tasks are left alone);
+    wait until all are healthy."""
     if db not in (None, "postgres", "sqlite"):
         _die(f"--db: {db!r} is not one of postgres, sqlite", 2)
     try:
@@ -49,6 +50,21 @@ def up(db: Optional[str] = typer.Option(None, "--db", help="postgres (default wh
                f"Executor: LocalExecutor, parallelism {cfg['parallelism']}\n"
                f"Files:    {sd}  (logs/, pids.json; `source {sd / 'env.sh'}` for the airflow CLI)\n"
                f"Run:      rlvr sweep FILE --on-services")
+
+
+@app.command()
+def restart(names: Optional[list[str]] = typer.Argument(None, metavar="[SERVICE]...",
+                                                        help="postgres, mlflow, api-server, scheduler, dag-processor, "
+                                                             "triggerer (default: all)"),
+            force: bool = typer.Option(False, "--force", help="restart the scheduler even while it runs tasks"),
+            timeout: float = typer.Option(240.0, "--timeout", help="seconds to wait for every service to be healthy"),
+            ) -> None:
+    """Stop the named services and start them again; the others keep running."""
+    try:
+        done = deploy.restart(names or [], force=force, timeout=timeout, log=_log)
+    except ServiceError as e:
+        _die(e)
+    _log(f"restarted {', '.join(done)}; all services healthy")
 
 
 @app.command()
@@ -69,18 +85,38 @@ def status() -> None:
     for r in rows:
         typer.echo(f"{r['service']:<14} pid {str(r['pid'] or '-'):<8} {'running' if r['running'] else 'stopped':<8} "
                    f"{r['health']}")
-    if not all(r["running"] and r["health"] == "ok" for r in rows):
+    down_ = [r["service"] for r in rows if not (r["running"] and r["health"] == "ok")]
+    if down_:
+        typer.echo(f"down: {', '.join(down_)} (`rlvr services up` starts what is down and leaves the rest running)")
         raise typer.Exit(1)
+
+
+def _deployment() -> tuple[Path, dict]:
+    """(services dir, config) of the deployment; the MLflow server becomes this process's
+    tracking URI (the tables are read from it)."""
+    sd = deploy.services_dir()
+    conf_s = deploy.load_config(sd)
+    if conf_s is None:
+        _die(f"no deployment under {sd}: start one with `rlvr services up`")
+    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)
+    return sd, conf_s
+
+
+def _follow(af: remote.Airflow, dag_id: str, run_id: str, name: str, print_tables: Callable[[str], None],
+            timeout: Optional[float]) -> int:
+    """Follow the run to its end, print its task table (and the tables on success); the exit code."""
+    state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
+    _report(dag_id, state, tis)
+    if state != "success":
+        return 1
+    print_tables(name)
+    return 0
 
 
 def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callable[[str], None],
                       timeout: Optional[float] = None) -> int:
     """Trigger the sweep on the deployment's Airflow and follow it; the exit code."""
-    sd = deploy.services_dir()
-    conf_s = deploy.load_config(sd)
-    if conf_s is None:
-        _die(f"no deployment under {sd}: start one with `rlvr services up`")
-    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)  # the tables are read from the server
+    sd, conf_s = _deployment()
     raw = cfg.model_dump(mode="json")
     try:
         af = remote.Airflow(deploy.airflow_url(conf_s))
@@ -88,14 +124,45 @@ def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callabl
         run_id = remote.trigger(af, dag_id, {"sweep": raw, "seeds": raw["seeds"], "methods": raw["methods"],
                                              "rerun": rerun})
         _log(f"triggered {dag_id} run {run_id}: {deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
-        state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
+        return _follow(af, dag_id, run_id, cfg.name, print_tables, timeout)
     except ServiceError as e:
         _die(e)
-    _report(dag_id, state, tis)
-    if state != "success":
-        return 1
-    print_tables(cfg.name)
-    return 0
+
+
+def rerun_on_services(name: str, stage: str, cell: Optional[str], run_id: Optional[str],
+                      print_tables: Callable[[str], None], timeout: Optional[float] = None) -> int:
+    """Clear a stage (one cell or all) and its downstream in the latest (or named) run of the
+    sweep's DAG on the deployment, and follow the run; the exit code."""
+    _, conf_s = _deployment()
+    dag_id = f"rlvr_{name}"
+    try:
+        af = remote.Airflow(deploy.airflow_url(conf_s))
+        run_id = run_id or remote.latest_run(af, dag_id)
+        labels = (lambda: _grid_keys(name, f"{dag_id}/{run_id}")) if stage == "train" else None
+        cleared = remote.clear_stage(af, dag_id, run_id, stage, cell, labels)
+        _log(f"cleared in {dag_id} run {run_id}: " + ", ".join(sorted(remote.ti_name(t) for t in cleared)))
+        _log(f"{deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
+        return _follow(af, dag_id, run_id, name, print_tables, timeout)
+    except ServiceError as e:
+        _die(e)
+
+
+def _grid_keys(name: str, airflow_run: str) -> list[str]:
+    """The train cells' labels in map-index order: the grid of the run's sweep snapshot."""
+    import json
+    import tempfile
+
+    from components import sweep_runs, tracking
+    from components.sweep import parse_sweep
+    c = tracking.client()
+    exp = c.get_experiment_by_name(name)
+    found = c.search_runs([exp.experiment_id], f"tags.`{sweep_runs.RUN_TAG}` = '{airflow_run}'",
+                          max_results=1) if exp else []
+    if not found:
+        return []
+    with tempfile.TemporaryDirectory() as td:
+        snap = json.loads(Path(c.download_artifacts(found[0].info.run_id, sweep_runs.SNAPSHOT, td)).read_text())
+    return [g["key"] for g in parse_sweep(snap, airflow_run).grid()]
 
 
 def _report(dag_id: str, state: str, tis: list[dict]) -> None:

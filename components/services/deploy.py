@@ -134,6 +134,9 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
             # requests (the REST store) iterates os.environ in another: KeyError mid-call in
             # tasks that log to the server (seen under load); and it phones home
             "MLFLOW_DISABLE_TELEMETRY": "true",
+            # mlflow's own stderr handler would put its INFO lines in task logs as ERROR (a task's
+            # stderr is logged at ERROR); unconfigured, its records reach Airflow's handlers at their level
+            "MLFLOW_CONFIGURE_LOGGING": "false",
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "RLVR_STAGE_POOL": POOL, "RLVR_STAGE_POOL_SLOTS": threads,
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p),
@@ -212,18 +215,44 @@ def _migrate_airflow(sd: Path, e: dict[str, str], log) -> None:
     marker.write_text(stamp + "\n")
 
 
+PORT_OF = {"postgres": "pg_port", "mlflow": "mlflow_port", "api-server": "airflow_port"}
+
+
 def up(home: Path | None = None, db: str | None = None, ports: dict[str, int | None] | None = None,
        parallelism: int | None = None, timeout: float = 240.0, log=print) -> dict:
+    """Start what is not running and leave what runs (its tasks, its connections) alone. Changed
+    settings need the affected services stopped first: on a running deployment they are an error."""
     sd = services_dir(home)
-    running = {n: r for n, r in procs.read_pids(sd).items() if procs.alive(r)}
-    if running and set(running) >= set(ORDER):
-        log(f"already up ({', '.join(running)}); `rlvr services down` first to change settings")
-        return load_config(sd)
-    if running:  # a half-started or half-dead deployment: start clean
-        down(home, log=log)
+    running = [n for n, r in procs.read_pids(sd).items() if procs.alive(r)]
+    old = load_config(sd)
+    if running and old is not None:
+        asked = {k: v for k, v in {**(ports or {}), "db": db, "parallelism": parallelism}.items() if v is not None}
+        changed = {k: v for k, v in asked.items() if old.get(k) != v}
+        if changed:
+            k, v = next(iter(changed.items()))
+            raise ServiceError(f"{', '.join(running)} running with {k}={old.get(k)}, not {v}: "
+                               f"`rlvr services down` first to change settings")
     cfg = make_config(sd, db, ports or {}, parallelism)
-    for k in ("airflow_port", "mlflow_port") + (("pg_port",) if cfg["db"] == "postgres" else ()):
-        if not _port_free(cfg[k]):
+    wanted = [n for n in ORDER if n != "postgres" or cfg["db"] == "postgres"]
+    missing = [n for n in wanted if n not in running]
+    if not missing:
+        log(f"already up ({', '.join(running)}); `rlvr services restart NAME` restarts one")
+        return cfg
+    if running:
+        log(f"running, left as they are: {', '.join(running)}; starting: {', '.join(missing)}")
+    _start(sd, cfg, missing, timeout, log)
+    return cfg
+
+
+def _start(sd: Path, cfg: dict, names: list[str], timeout: float, log) -> None:
+    """Start ``names`` (in dependency order) and wait until every service is healthy; on a
+    failure stop what this call started."""
+    for name in names:  # a dead leader's session may still hold children (a scheduler's tasks)
+        if name in procs.read_pids(sd):
+            procs.stop(sd, name, grace=10)
+    for name in names:
+        k = PORT_OF.get(name)
+        if k and not _port_free(cfg[k]):
             flag = "--" + k.replace("_port", "-port")
             raise ServiceError(f"port {cfg[k]} on 127.0.0.1 is in use ({k}); pick another with {flag}")
     for d in ("logs", "sweeps", "airflow", "mlflow/artifacts"):
@@ -232,30 +261,8 @@ def up(home: Path | None = None, db: str | None = None, ports: dict[str, int | N
     write_env_sh(sd, e)
     started: list[str] = []
     try:
-        if cfg["db"] == "postgres":
-            data = postgres.data_dir(sd, cfg["key"])
-            cfg["pg_data"] = str(data)
-            with open(sd / "logs" / "postgres-init.log", "a") as f:
-                postgres.init_cluster(data, cfg["pg_password"], f)
-            rec = procs.start(sd, "postgres", postgres.server_argv(data, cfg["pg_port"], postgres.socket_dir(data)),
-                              {k: v for k, v in e.items() if not k.startswith("AIRFLOW")}, user=postgres.run_as(),
-                              stop_signal=signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
-            started.append("postgres")
-            postgres.wait_ready(cfg, 60, lambda: procs.alive(rec))
-            postgres.ensure_databases(cfg)
-        _, ml_db = db_urls(sd, cfg)
-        # the store URI (it holds the password) by environment, not argv (visible in ps);
-        # no GenAI job runner: its seven huey consumers would cost ~700 MB for nothing here
-        ml_env = {**e, "MLFLOW_BACKEND_STORE_URI": ml_db, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        procs.start(sd, "mlflow", [_exe("mlflow"), "server",
-                                   "--artifacts-destination", (sd / "mlflow" / "artifacts").as_uri(),
-                                   "--host", "127.0.0.1", "--port", str(cfg["mlflow_port"]), "--workers", "1"], ml_env)
-        started.append("mlflow")
-        _migrate_airflow(sd, e, log)  # meanwhile the MLflow server creates its own tables
-        for name in AIRFLOW_PROCS:
-            extra = ["--host", "127.0.0.1", "--port", str(cfg["airflow_port"]), "--workers", "1"] \
-                if name == "api-server" else []
-            procs.start(sd, name, [_exe("airflow"), name, *extra], e)
+        for name in [n for n in ORDER if n in names]:
+            _start_one(sd, cfg, e, name, log)
             started.append(name)
         _wait_healthy(sd, cfg, timeout)
         ensure_pool(cfg)
@@ -264,7 +271,71 @@ def up(home: Path | None = None, db: str | None = None, ports: dict[str, int | N
             procs.stop(sd, name, grace=10)
         raise
     (sd / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
-    return cfg
+
+
+def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
+    if name == "postgres":
+        data = postgres.data_dir(sd, cfg["key"])
+        cfg["pg_data"] = str(data)
+        with open(sd / "logs" / "postgres-init.log", "a") as f:
+            postgres.init_cluster(data, cfg["pg_password"], f)
+        rec = procs.start(sd, "postgres", postgres.server_argv(data, cfg["pg_port"], postgres.socket_dir(data)),
+                          {k: v for k, v in e.items() if not k.startswith("AIRFLOW")}, user=postgres.run_as(),
+                          stop_signal=signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
+        postgres.wait_ready(cfg, 60, lambda: procs.alive(rec))
+        postgres.ensure_databases(cfg)
+    elif name == "mlflow":
+        _, ml_db = db_urls(sd, cfg)
+        # the store URI (it holds the password) by environment, not argv (visible in ps);
+        # no GenAI job runner: its seven huey consumers would cost ~700 MB for nothing here
+        ml_env = {**e, "MLFLOW_BACKEND_STORE_URI": ml_db, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+                  "MLFLOW_CONFIGURE_LOGGING": "true"}   # the server's own log file
+        procs.start(sd, "mlflow", [_exe("mlflow"), "server",
+                                   "--artifacts-destination", (sd / "mlflow" / "artifacts").as_uri(),
+                                   "--host", "127.0.0.1", "--port", str(cfg["mlflow_port"]), "--workers", "1"], ml_env)
+    else:
+        _migrate_airflow(sd, e, log)  # once per version and database; meanwhile MLflow creates its tables
+        extra = ["--host", "127.0.0.1", "--port", str(cfg["airflow_port"]), "--workers", "1"] \
+            if name == "api-server" else []
+        procs.start(sd, name, [_exe("airflow"), name, *extra], e)
+
+
+def restart(names: list[str], home: Path | None = None, timeout: float = 240.0, force: bool = False,
+            log=print) -> list[str]:
+    """Stop ``names`` (default: every service) and start them again, leaving the others
+    running. Restarting the scheduler ends the tasks it runs: refused while any runs, unless
+    ``force``."""
+    sd = services_dir(home)
+    cfg = load_config(sd)
+    if cfg is None:
+        raise ServiceError(f"no deployment under {sd} (rlvr services up)")
+    known = [n for n in ORDER if n != "postgres" or cfg["db"] == "postgres"]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ServiceError(f"unknown service {bad[0]!r} (services: {', '.join(known)})")
+    names = [n for n in known if n in (names or known)]
+    if "scheduler" in names and not force:
+        tasks = running_tasks(cfg)
+        if tasks:
+            raise ServiceError(f"the scheduler runs {len(tasks)} task(s) ({', '.join(tasks[:5])}); restarting it "
+                               "ends them: wait, or --force")
+    for name in reversed(names):
+        if name in procs.read_pids(sd):
+            log(f"{name}: {procs.stop(sd, name)}")
+    _start(sd, cfg, names, timeout, log)
+    return names
+
+
+def running_tasks(cfg: dict) -> list[str]:
+    """``dag/run/task[map]`` of every running task instance (empty when the api-server does not
+    answer: there is then nobody to ask)."""
+    from components.services.remote import Airflow, ti_name
+    try:
+        af = Airflow(airflow_url(cfg))
+        tis = af.call("GET", "/dags/~/dagRuns/~/taskInstances", params={"state": "running", "limit": 100})
+    except ServiceError:
+        return []
+    return [f"{t['dag_id']}/{t['dag_run_id']}/{ti_name(t)}" for t in tis["task_instances"]]
 
 
 def _wait_healthy(sd: Path, cfg: dict, timeout: float) -> None:

@@ -179,3 +179,39 @@ def follow(af: Airflow, dag_id: str, run_id: str, log: Callable[[str], None], po
         if t_end is not None and time.monotonic() > t_end:
             raise ServiceError(f"{dag_id} run {run_id} still {state} after {timeout:.0f}s")
         time.sleep(poll)
+
+
+def latest_run(af: Airflow, dag_id: str) -> str:
+    runs = af.call("GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "-id", "limit": 1}, ok404=True)
+    if not runs or not runs["dag_runs"]:
+        raise ServiceError(f"{dag_id} has no run on {af.base} (rlvr sweep FILE --on-services)")
+    return runs["dag_runs"][0]["dag_run_id"]
+
+
+def clear_stage(af: Airflow, dag_id: str, run_id: str, stage: str, cell: str | None,
+                labels: Callable[[], list[str]] | None = None) -> list[dict]:
+    """Clear ``stage`` (one mapped cell, by its label or map index, or every cell) and its
+    downstream in a finished run; the cleared task instances. ``labels()``: the cell label of
+    each map index, for a task instance killed before Airflow rendered its label."""
+    run = af.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}", ok404=True)
+    if run is None:
+        raise ServiceError(f"{dag_id} has no run {run_id!r}")
+    if run["state"] not in FINAL_RUN:
+        raise ServiceError(f"{dag_id} run {run_id} is still {run['state']}: clearing its tasks would end the "
+                           "running ones; wait until it ends")
+    tis = [t for t in af.task_instances(dag_id, run_id) if t["task_id"] == stage]
+    if not tis:
+        raise ServiceError(f"{dag_id} run {run_id} has no task {stage!r}")
+    map_index = None
+    if cell is not None:
+        hit = [t for t in tis if cell in (t.get("rendered_map_index"), str(t["map_index"]))]
+        # a task killed before its label was rendered shows its map index (or nothing) instead
+        bare = [t for t in tis if t.get("rendered_map_index") in (None, "", str(t["map_index"]))]
+        if not hit and labels is not None and bare:
+            known = labels()
+            hit = [t for t in bare if 0 <= t["map_index"] < len(known) and known[t["map_index"]] == cell]
+        if not hit:
+            have = ", ".join(str(t.get("rendered_map_index") or t["map_index"]) for t in tis)
+            raise ServiceError(f"{dag_id} run {run_id}: {stage} has no cell {cell!r} (cells: {have})")
+        map_index = hit[0]["map_index"]
+    return af.clear(dag_id, run_id, stage, map_index)

@@ -1,7 +1,7 @@
 """The MLflow UI of the deployment's tracking server after the tiny GRPO + VSR sweep ran
 through Airflow (tests/support/live_services.py): the page `rlvr ui` points at opens on the sweep's
 runs with readable names, and the compare page of the two training runs shows the method
-difference and both training curves."""
+difference and both training curves; the sweep's own run shows the results table and the winner."""
 from __future__ import annotations
 
 import json
@@ -89,6 +89,26 @@ def test_compare_grpo_and_vsr_training_runs(services_sweep, mlflow, page, shots)
     assert len({colour for colour, polyline in drawn if polyline}) == 2, drawn
     page.screenshot(path=str(shots / "mlflow-compare-curves.png"), full_page=True)
     print(f"screenshots: {shots / 'mlflow-compare.png'}, {shots / 'mlflow-compare-curves.png'}")
+
+
+def test_sweep_run_page_shows_the_table_and_the_winner(services_sweep, mlflow, page, shots):
+    """The sweep's parent run: its description (rendered Markdown) is the results table headed
+    by the winning method, and the winner's headline metric is one of the run's metrics."""
+    c, exp_id = mlflow
+    found = c.search_runs([exp_id], f"tags.`rlvr.airflow_run` = '{services_sweep.dag_id}/{services_sweep.run_id}'")
+    assert len(found) == 1, found
+    run = found[0]
+    winner = run.data.tags["rlvr.winner"]
+    page.goto(f"{services_sweep.services.mlflow}/#/experiments/{exp_id}/runs/{run.info.run_id}")
+    _close_assistant(page)
+    expect(page.get_by_text(f"Winner: {winner}").first).to_be_visible()
+    header = page.locator("th", has_text="mean@k [95% CI]")                # the table, rendered as a table
+    expect(header.first).to_be_visible()
+    for method in ("grpo", "vsr"):
+        expect(page.locator("td", has_text=re.compile(rf"^{method}$")).first).to_be_visible()
+    expect(page.get_by_text(f"{winner}/heldout_mean_at_k").first).to_be_visible()   # the metrics table
+    page.screenshot(path=str(shots / "mlflow-sweep-run.png"), full_page=True)
+    print(f"screenshot: {shots / 'mlflow-sweep-run.png'}")
 
 
 def _close_assistant(page) -> None:

@@ -14,7 +14,8 @@ from components import lineage
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
-FAULT_STAGES = {"train_inputs": "faults.fault_stages:train_inputs", "writer": "faults.fault_stages:writer"}
+FAULT_STAGES = {"train_inputs": "faults.fault_stages:train_inputs", "writer": "faults.fault_stages:writer",
+                "ticker": "faults.fault_stages:ticker"}
 
 
 def make_home(path: Path) -> Path:

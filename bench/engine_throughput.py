@@ -14,7 +14,8 @@ Requests: ``--prompts`` prompts x ``--n`` samples, temperature 1, up to ``--max-
 The tiny policy's prompts are synthetic chains (``--model`` a tiny-policy dir or stage
 artifact; none = freshly initialised); ``--math500`` takes MATH500's first problems in the
 chat template instead (a real model: ``--model`` a pretrain artifact with model_ref.json or an
-HF directory). Prints the median of ``--repeats`` runs per engine and the ratios to the first.
+HF directory). Prints the median of ``--repeats`` runs per engine and the ratio of every
+engine to each one before it.
 Thread count matters for the ratio: ``--threads`` sets torch's threads before any engine
 starts; run with ``OMP_NUM_THREADS`` equal to it so that vLLM's CPU kernels (OpenMP) use the
 same count (vLLM's CPU worker then disables ``torch.set_num_threads`` in this process). The
@@ -287,7 +288,8 @@ def main() -> None:
               f"new tokens, torch threads {threads}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
               f"{'MATH500 chat prompts' if args.math500 else 'synthetic prompts'}, median of {args.repeats} runs, "
               f"warm-up call for: {args.warmup}, engines interleaved, embedded engine / model.generate on {device} in {dtype}")
-    first, *rest = list(rates)
+    names = list(rates)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]   # every later engine / earlier one
     if args.markdown:
         label = {"model.generate": f"`model.generate` ({dtype}, {device})",
                  "engine": f"embedded transformers engine ({dtype}, {device})",
@@ -297,16 +299,15 @@ def main() -> None:
         for name, r in rates.items():
             print(f"| {label[name]} | {statistics.median(r):,.0f} ({', '.join(f'{x:,.0f}' for x in r)}) | "
                   f"{statistics.median(cpu_share[name]):.2f} |")
-        for name in rest:
-            print(f"| {name} / {first} | {statistics.median(rates[name]) / statistics.median(rates[first]):.2f}x | |")
+        for a, b in pairs:
+            print(f"| {b} / {a} | {statistics.median(rates[b]) / statistics.median(rates[a]):.2f}x | |")
         print(f"\n({shapes})")
         return
     for name, r in rates.items():
         print(f"{name:15s} {statistics.median(r):10.0f} generated tokens/s (runs: {', '.join(f'{x:.0f}' for x in r)}); "
               f"CPU s / wall s {statistics.median(cpu_share[name]):.2f}")
-    for name in rest:
-        ratio = statistics.median(rates[name]) / statistics.median(rates[first])
-        print(f"{name} / {first}: {ratio:.2f}x")
+    for a, b in pairs:
+        print(f"{b} / {a}: {statistics.median(rates[b]) / statistics.median(rates[a]):.2f}x")
     print(f"({shapes})")
 
 

@@ -4,14 +4,18 @@ Engines (``--engines``, comma-separated, in order):
   model.generate  plain ``model.generate(do_sample=True)`` on the padded batch (each prompt
                   repeated n times): the baseline the embedded engine is measured against
   engine          the embedded transformers engine (components/engine/hf.py): one prefill per
-                  prompt, its KV cache shared by the n samples, finished rows dropped
+                  prompt, its KV cache shared by the n samples, finished rows dropped, requests
+                  bucketed by context length, grouped-query attention without KV copies
+  engine-before   the same engine with one padded batch and the model's own (sdpa) attention:
+                  what bucketing and the engine's attention are measured against
   vllm            vLLM's engine (components/engine/vllm.py; the CPU build in .venv-scale)
 
 Requests: ``--prompts`` prompts x ``--n`` samples, temperature 1, up to ``--max-new`` tokens.
 The tiny policy's prompts are synthetic chains (``--model`` a tiny-policy dir or stage
 artifact; none = freshly initialised); ``--math500`` takes MATH500's first problems in the
 chat template instead (a real model: ``--model`` a pretrain artifact with model_ref.json or an
-HF directory). Prints the median of ``--repeats`` runs per engine and the ratios to the first.
+HF directory). Prints the median of ``--repeats`` runs per engine and the ratio of every
+engine to each one before it.
 Thread count matters for the ratio: ``--threads`` sets torch's threads before any engine
 starts; run with ``OMP_NUM_THREADS`` equal to it so that vLLM's CPU kernels (OpenMP) use the
 same count (vLLM's CPU worker then disables ``torch.set_num_threads`` in this process). The
@@ -23,7 +27,10 @@ grader) on MATH500's first N problems once per engine (``engine`` = ``engine: hf
 one seed, and prints mean@n with its 95 % bootstrap interval over problems
 (analysis.stats), the paired difference to the first engine, the share of responses cut by
 the budget, generated tokens and each stage's wall time (engine start-up included).
-``--markdown`` prints the tables as markdown (what bench/RESULTS.md holds).
+``--markdown`` prints the tables as markdown (what bench/RESULTS.md holds). ``--profile``
+first prints torch.profiler's top operators of one call of ``engine-before`` and ``engine``
+(where the decode loop's time goes, before and after). ``--device auto`` (default) runs the
+embedded engine and ``model.generate`` on CUDA when present (bf16 there, ``--dtype``).
 
     .venv/bin/python bench/engine_throughput.py --model .rlvr/artifacts/pretrain/<key>
     .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm --model <tiny pretrain artifact>
@@ -49,6 +56,30 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from components.engine.base import Request, SamplingParams, TokenMeter  # noqa: E402
+
+
+def profile_engines(model, tok, ctxs, args) -> None:
+    """torch.profiler's top operators (self time) of one call per engine variant."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from components.engine.hf import HFEngine
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if next(model.parameters()).is_cuda else [])
+    reqs = [Request(tuple(c), n=args.n) for c in ctxs]
+    sp = SamplingParams(args.temperature, args.top_p, args.max_new, seed=0)
+    for name, kw in (("engine-before", {"attention": "model", "bucket": False}), ("engine", {})):
+        eng = HFEngine(model, tok, **kw)
+        t0 = time.perf_counter()
+        with profile(activities=acts) as prof:
+            eng.generate(reqs, sp)
+        wall = time.perf_counter() - t0
+        ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        total = sum(e.self_cpu_time_total for e in ops) or 1
+        print(f"\nprofile {name}: {wall:.1f} s wall (profiled), {len(eng._chunks(reqs, args.max_new))} batch(es), "
+              f"{eng.meter.totals()['generated_tokens']} generated tokens")
+        print("| operator | self CPU s | share | calls |\n|---|---|---|---|")
+        for e in ops[:args.profile_top]:
+            print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
 
 
 def load(model_arg: str | None):
@@ -173,13 +204,23 @@ def main() -> None:
     ap.add_argument("--warmup", default="all", help="engines that get an untimed warm-up call first "
                     "(comma-separated, 'all' or 'none')")
     ap.add_argument("--markdown", action="store_true", help="the throughput table as markdown")
+    ap.add_argument("--profile", action="store_true", help="print the engine's profile before/after first")
+    ap.add_argument("--profile-top", type=int, default=12)
+    ap.add_argument("--device", default="auto", help="model.generate and the embedded engine: auto | cpu | cuda")
+    ap.add_argument("--dtype", default="auto", help="their dtype: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.evaluate is not None:
         evaluate_engines(args, args.engines.split(","))
         return
+    from components.engine.device import place
+
     model_dir, model, tok = load(args.model)
+    model = place(model, args.device, args.dtype)
+    device, dtype = next(model.parameters()).device, str(next(model.parameters()).dtype).replace("torch.", "")
     ctxs = contexts(tok, args)
+    if args.profile:
+        profile_engines(model, tok, ctxs, args)
     from components.hf_models import stop_token_ids
 
     stops = stop_token_ids(model, tok)
@@ -194,12 +235,12 @@ def main() -> None:
             att[i, width - len(r):] = 1
         torch.manual_seed(seed)
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=args.temperature,
+            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), do_sample=True, temperature=args.temperature,
                                  top_p=args.top_p, max_new_tokens=args.max_new, pad_token_id=tok.pad_token_id,
                                  eos_token_id=stops)
         gen = out[:, width:]
         # tokens up to and including the first stop id are the generated ones
-        is_eos = torch.isin(gen, torch.tensor(stops)).int()
+        is_eos = torch.isin(gen, torch.tensor(stops, device=device)).int()
         after = (is_eos.cumsum(-1) - is_eos) > 0
         return int((~after).sum())
 
@@ -216,9 +257,10 @@ def main() -> None:
     for name in args.engines.split(","):
         if name == "model.generate":
             runners[name] = baseline
-        elif name == "engine":
+        elif name in ("engine", "engine-before"):
             from components.engine.hf import HFEngine
-            runners[name] = metered(HFEngine(model, tok, meter=TokenMeter()))
+            kw = {"attention": "model", "bucket": False} if name == "engine-before" else {}
+            runners[name] = metered(HFEngine(model, tok, meter=TokenMeter(), **kw))
         elif name == "vllm":
             from components.engine.vllm import VLLMEngine
             if model_dir is None:
@@ -229,7 +271,7 @@ def main() -> None:
             print(f"vllm start-up {startup} (not in the rates)")
             runners[name] = metered(eng)
         else:
-            raise SystemExit(f"unknown engine {name!r} (model.generate | engine | vllm)")
+            raise SystemExit(f"unknown engine {name!r} (model.generate | engine | engine-before | vllm)")
         if args.warmup == "all" or name in args.warmup.split(","):
             runners[name](1_000)               # warm-up call, not timed
     rates: dict[str, list[float]] = {name: [] for name in runners}
@@ -245,25 +287,27 @@ def main() -> None:
     shapes = (f"{len(ctxs)} prompts x {args.n} samples, T={args.temperature}, top_p={args.top_p}, max {args.max_new} "
               f"new tokens, torch threads {threads}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
               f"{'MATH500 chat prompts' if args.math500 else 'synthetic prompts'}, median of {args.repeats} runs, "
-              f"warm-up call for: {args.warmup}, engines interleaved")
-    first, *rest = list(rates)
+              f"warm-up call for: {args.warmup}, engines interleaved, embedded engine / model.generate on {device} in {dtype}")
+    names = list(rates)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]   # every later engine / earlier one
     if args.markdown:
-        label = {"model.generate": "`model.generate`", "engine": "embedded transformers engine (fp32)",
+        label = {"model.generate": f"`model.generate` ({dtype}, {device})",
+                 "engine": f"embedded transformers engine ({dtype}, {device})",
+                 "engine-before": f"embedded engine, one padded batch, sdpa attention ({dtype}, {device})",
                  "vllm": f"vLLM CPU ({args.vllm_dtype}; start-up {startup}, not in the rates)"}
         print("\n| engine | generated tokens/s (runs) | process CPU s / wall s |\n|---|---|---|")
         for name, r in rates.items():
             print(f"| {label[name]} | {statistics.median(r):,.0f} ({', '.join(f'{x:,.0f}' for x in r)}) | "
                   f"{statistics.median(cpu_share[name]):.2f} |")
-        for name in rest:
-            print(f"| {name} / {first} | {statistics.median(rates[name]) / statistics.median(rates[first]):.2f}x | |")
+        for a, b in pairs:
+            print(f"| {b} / {a} | {statistics.median(rates[b]) / statistics.median(rates[a]):.2f}x | |")
         print(f"\n({shapes})")
         return
     for name, r in rates.items():
         print(f"{name:15s} {statistics.median(r):10.0f} generated tokens/s (runs: {', '.join(f'{x:.0f}' for x in r)}); "
               f"CPU s / wall s {statistics.median(cpu_share[name]):.2f}")
-    for name in rest:
-        ratio = statistics.median(rates[name]) / statistics.median(rates[first])
-        print(f"{name} / {first}: {ratio:.2f}x")
+    for a, b in pairs:
+        print(f"{b} / {a}: {statistics.median(rates[b]) / statistics.median(rates[a]):.2f}x")
     print(f"({shapes})")
 
 

@@ -6,26 +6,32 @@ prefills every sample's context separately. Rollout cost in this project is domi
 engine has its own sampling loop that
 
 1. prefills each request's context once and then copies its KV cache to the request's
-   ``n`` rows (``batch_select_indices`` with repeated row ids), and
+   ``n`` rows (``batch_select_indices`` with repeated row ids),
 2. writes each step's keys/values into reserved capacity (``_ReservedLayer``) instead of
    DynamicCache's ``torch.cat`` of the whole cache per step and layer (quadratic copying,
-   the largest cost of a decode loop on CPU), and
+   the largest cost of a decode loop on CPU),
 3. retires finished sequences: when enough rows have hit EOS the batch is compacted
    (cache rows dropped, and left-padding columns no remaining row needs trimmed), so the
    per-step cost shrinks with the number of live sequences, and the loop stops as soon as
-   every sequence is done.
+   every sequence is done,
+4. sorts a call's requests by context length and runs them in buckets (``BucketCost``
+   picks the cuts), so one long prompt does not pad every row of the call, and
+5. computes grouped-query attention on the cache without copying KV heads
+   (``components.engine.attention``), for the duration of the call only.
 
 Sampling uses a private ``torch.Generator`` seeded from ``SamplingParams.seed``: the same
 requests and seed give the same completions, and the global RNG is never touched.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from components.engine.attention import engine_attention
 from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
 
@@ -33,7 +39,8 @@ class HFEngine:
     """``RolloutEngine`` over a transformers causal LM with a KV cache (Qwen2, Llama, ...)."""
 
     def __init__(self, model: Any, tokenizer: Any, meter: TokenMeter | None = None,
-                 max_batch_sequences: int = 512, compact_fraction: float = 0.125):
+                 max_batch_sequences: int = 512, compact_fraction: float = 0.125, bucket: bool = True,
+                 attention: str = "engine"):
         if max_batch_sequences < 1:
             raise ValueError("max_batch_sequences must be >= 1")
         self.model = model
@@ -43,6 +50,12 @@ class HFEngine:
         # compact once this share of the live batch has finished (1 row minimum). A compaction
         # copies the cache once, about what DynamicCache's per-step torch.cat costs anyway.
         self.compact_fraction = float(compact_fraction)
+        # bucket=False / attention="model": one padded batch per max_batch_sequences rows, the
+        # model's own attention (the bench's "before" profile)
+        if attention not in ("engine", "model"):
+            raise ValueError(f"attention must be 'engine' or 'model', got {attention!r}")
+        self.bucket, self.attention = bool(bucket), attention
+        self.cost = BucketCost(model)
         self.eos_id = int(tokenizer.eos_token_id)
         # chat models end a turn on more than one id (generation_config.eos_token_id)
         from components.hf_models import stop_token_ids
@@ -73,8 +86,9 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
-                for chunk in self._chunks(requests):
+            attn = engine_attention(self.model) if self.attention == "engine" else nullcontext()
+            with torch.inference_mode(), attn:
+                for chunk in self._chunks(requests, params.max_new_tokens):
                     contexts = [requests[ri].context_ids for ri, _ in chunk]
                     results = self._run(contexts, [k for _, k in chunk], params, gen, device)
                     for (ri, _), comps in zip(chunk, results):
@@ -90,26 +104,42 @@ class HFEngine:
 
     # ------------------------------------------------------------------ internals
 
-    def _chunks(self, requests: Sequence[Request]) -> list[list[tuple[int, int]]]:
-        """Pack (request index, samples) pieces into chunks of at most max_batch_sequences
-        rows. A request with more samples than a chunk holds is split (its context is then
-        prefilled once per piece; the meter still counts it once, as the protocol says)."""
-        chunks: list[list[tuple[int, int]]] = []
-        cur: list[tuple[int, int]] = []
-        room = self.max_batch_sequences
-        for ri, r in enumerate(requests):
-            left = r.n
+    def _chunks(self, requests: Sequence[Request], max_new: int) -> list[list[tuple[int, int]]]:
+        """(request index, samples) pieces grouped into batches of at most max_batch_sequences
+        rows, by context length: requests are sorted by length and cut into contiguous
+        buckets, so a long prompt only widens the rows of its own bucket. Where to cut is
+        chosen by ``bucket_cost`` (one more bucket costs a decode pass over the weights per
+        step; a wide one costs attention over padding and a padded prefill). A request with
+        more samples than a batch holds is split (its context is then prefilled once per
+        piece; the meter still counts it once, as the protocol says)."""
+        order = sorted((ri for ri, r in enumerate(requests) if r.n > 0),
+                       key=lambda ri: len(requests[ri].context_ids))
+        pieces: list[tuple[int, int]] = []
+        for ri in order:
+            left = requests[ri].n
             while left > 0:
-                if room == 0:
-                    chunks.append(cur)
-                    cur, room = [], self.max_batch_sequences
-                take = min(left, room)
-                cur.append((ri, take))
+                take = min(left, self.max_batch_sequences)
+                pieces.append((ri, take))
                 left -= take
-                room -= take
-        if cur:
-            chunks.append(cur)
-        return chunks
+        if not self.bucket:
+            return _pack(pieces, self.max_batch_sequences)
+        widths = [len(requests[ri].context_ids) for ri, _ in pieces]
+        # best[j]: least cost of pieces[:j]; cut[j]: where its last bucket starts
+        best, cut = [0.0] + [float("inf")] * len(pieces), [0] * (len(pieces) + 1)
+        for j in range(1, len(pieces) + 1):
+            rows = 0
+            for i in range(j - 1, -1, -1):
+                rows += pieces[i][1]
+                if rows > self.max_batch_sequences:
+                    break
+                c = best[i] + self.cost.bucket(j - i, rows, widths[j - 1], max_new)
+                if c < best[j]:
+                    best[j], cut[j] = c, i
+        chunks, j = [], len(pieces)
+        while j > 0:
+            chunks.append(pieces[cut[j]:j])
+            j = cut[j]
+        return chunks[::-1]
 
     def _run(self, contexts: list[tuple[int, ...]], ns: list[int], params: SamplingParams,
              gen: torch.Generator, device: torch.device) -> list[list[Completion]]:
@@ -180,6 +210,48 @@ class HFEngine:
     def _completion(self, ids: list[int], stopped: bool) -> Completion:
         return Completion(token_ids=tuple(ids), text=self.tokenizer.decode(ids, skip_special_tokens=True),
                           finish_reason="stop" if stopped else "length")
+
+
+def _pack(pieces: list[tuple[int, int]], room: int) -> list[list[tuple[int, int]]]:
+    """Consecutive pieces into batches of at most ``room`` rows (no bucketing)."""
+    chunks: list[list[tuple[int, int]]] = [[]]
+    used = 0
+    for ri, k in pieces:
+        if used + k > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append((ri, k))
+        used += k
+    return [c for c in chunks if c]
+
+
+class BucketCost:
+    """A rough cost model of one batch, in bytes moved, for choosing bucket cuts.
+
+    A decode step streams the weights once per batch (plus a fixed per-layer overhead of
+    launching kernels, which dominates a tiny model) and reads each row's KV cache; a
+    prefill computes every padded position (~2 FLOPs per parameter per token, counted at
+    ``FLOPS_PER_BYTE``, a CPU's compute / memory-bandwidth balance). Only the cuts depend
+    on it; the outputs do not."""
+
+    FLOPS_PER_BYTE = 8.0
+    LAYER_OVERHEAD_BYTES = 1 << 20
+
+    def __init__(self, model: Any):
+        cfg = model.config
+        params = sum(p.numel() for p in model.parameters())
+        elem = next(model.parameters()).element_size()
+        layers = int(cfg.num_hidden_layers)
+        heads = int(cfg.num_attention_heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        self.step_bytes = params * elem + layers * self.LAYER_OVERHEAD_BYTES
+        self.kv_bytes_per_token = layers * 2 * kv_heads * head_dim * elem
+        self.prefill_bytes_per_token = 2 * params / self.FLOPS_PER_BYTE
+
+    def bucket(self, contexts: int, rows: int, width: int, max_new: int) -> float:
+        decode = max_new * (self.step_bytes + rows * (width + max_new / 2) * self.kv_bytes_per_token)
+        return contexts * width * self.prefill_bytes_per_token + decode
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:

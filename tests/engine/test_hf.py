@@ -178,3 +178,54 @@ def test_reserved_cache_equals_transformers_dynamic_cache(model, tok, monkeypatc
         monkeypatch.undo()
         assert ours == ref
     assert any(c.finish_reason == "stop" for cs in ours for c in cs)   # the eos model did retire rows
+
+
+def test_buckets_by_context_length_results_in_request_order(model, tok):
+    """A long prompt gets its own bucket; completions come back in request order and equal
+    the one-padded-batch run (greedy), with the same meter counts."""
+    long_ctx = "Compute 42+59-77+97-99. 42+59=101. 101-77=24. 24+97=121. " * 3
+    prompts = [long_ctx, "C", "Compute 3+4.", long_ctx[:40], "Compute 1+2."]
+    reqs = _reqs(tok, n=8, prompts=prompts)   # enough rows that padding them costs more than a bucket
+    bucketed = HFEngine(model, tok)
+    chunks = bucketed._chunks(reqs, 20)
+    assert len(chunks) > 1 and [ri for ri, _ in chunks[-1]] == [0]      # the long prompt alone
+    widths = [max(len(reqs[ri].context_ids) for ri, _ in c) for c in chunks]
+    assert widths == sorted(widths)
+    plain = HFEngine(model, tok, bucket=False)
+    assert len(plain._chunks(reqs, 20)) == 1
+    p = SamplingParams(temperature=0.0, max_new_tokens=20)
+    a, b = bucketed.generate(reqs, p), plain.generate(reqs, p)
+    assert a == b
+    for prompt, got in zip(prompts, a):
+        assert got[0] == bucketed.generate(_reqs(tok, prompts=[prompt]), p)[0][0]
+    assert bucketed.meter.records[0].prompt_tokens == plain.meter.records[0].prompt_tokens
+    assert bucketed.meter.records[0].generated_tokens == plain.meter.records[0].generated_tokens
+
+
+def test_bucket_row_limit_and_split_requests(model, tok):
+    eng = HFEngine(model, tok, max_batch_sequences=4)
+    reqs = _reqs(tok, n=3) + [Request((5, 6), n=9)]
+    chunks = eng._chunks(reqs, 10)
+    assert all(sum(k for _, k in c) <= 4 for c in chunks)
+    got = {}
+    for c in chunks:
+        for ri, k in c:
+            got[ri] = got.get(ri, 0) + k
+    assert got == {i: r.n for i, r in enumerate(reqs)}
+    out = eng.generate(reqs, SamplingParams(max_new_tokens=6, seed=0))
+    assert [len(o) for o in out] == [r.n for r in reqs]
+
+
+def test_engine_attention_only_inside_a_call(model, tok):
+    """The engine's GQA attention equals the model's sdpa (greedy ids), and the model is back
+    on its own implementation after a call, also after one that raised."""
+    from components.engine.attention import ENGINE_ATTENTION
+
+    impl = model.config._attn_implementation
+    p = SamplingParams(temperature=0.0, max_new_tokens=25)
+    ours = HFEngine(model, tok).generate(_reqs(tok, n=2), p)
+    assert model.config._attn_implementation == impl != ENGINE_ATTENTION
+    assert ours == HFEngine(model, tok, attention="model").generate(_reqs(tok, n=2), p)
+    with pytest.raises(ValueError):
+        HFEngine(model, tok).generate([Request((5,), n=1)], SamplingParams(max_new_tokens=-1))
+    assert model.config._attn_implementation == impl

@@ -94,7 +94,12 @@ def gpu_path(dag, cfg, every: bool = False) -> dict:
     tr_args = call("train_args", parent=PARENT, sweep=snap, models=base, hard=hard, prefixes=prefixes)
     trains = [pod_result(k) for k in tr_args]
     ev_args = call("eval_plan", parent=PARENT, sweep=snap, trains=trains, models=base, hard=hard)
-    return {"upstream": {"data": data, "models": base, "hard": hard, "prefixes": prefixes, "trains": trains},
+    from components.trainer.verl.cells import memory_report
+
+    memory = memory_report(cfg)
+    for text in memory["lines"]:
+        print(f"[dryrun {dag.dag_id}] memory {text}")
+    return {"memory": memory["cells"], "upstream": {"data": data, "models": base, "hard": hard, "prefixes": prefixes, "trains": trains},
             "args": {"filter_hard": fh_args, "train": tr_args, "evaluate": ev_args},
             "pods": {"filter_hard": render(dag, "filter_hard", fh_args, "filter_hard_args", every),
                      "train": render(dag, "train", tr_args, "train_args", every),

@@ -49,3 +49,10 @@ def test_rl_zvp_estimator_matches_the_embedded_trainer():
     assert torch.allclose(adv, want, atol=1e-5), (adv - want).abs().max()
     assert (adv[:8] != 0).any() and (adv[:4] >= 0).all() and (adv[4:8] <= 0).all()   # the zero-variance rows
     assert torch.equal(adv, ret)
+
+
+def test_validation_knows_which_token_methods_verl_runs():
+    from components.trainer.verl.advantages import TOKEN_ADVANTAGES
+    from components.trainer.verl.cells import VERL_TOKEN_METHODS
+
+    assert tuple(TOKEN_ADVANTAGES) == VERL_TOKEN_METHODS

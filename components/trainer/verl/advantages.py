@@ -42,3 +42,24 @@ def compute_rl_zvp_advantage(token_level_rewards: torch.Tensor, response_mask: t
     tok = zvp_token_advantages(entropys, response_mask.to(entropys.dtype), scores > 0, alpha)
     adv = torch.where(zero[:, None], tok.to(adv.dtype), adv) * response_mask
     return adv, adv
+
+
+def apply_entropy_advantages(method, data, entropys: torch.Tensor) -> dict[str, float]:
+    """In the verl update, after the old log-probs: the zero-variance rows' advantages become the
+    method's own per-token values from the old policy's entropy (``method.token_advantages``), in
+    place on ``data.batch['advantages']``. Rows are found by uid (the batch is padded and balanced
+    by then; a pad row copies a real row's uid and score, so it adds no distinct score, and its
+    response mask is 0). Returns the count of zero-variance rows and of their non-zero tokens."""
+    mask = data.batch["response_mask"].to(entropys.dtype)
+    scores = data.batch["token_level_rewards"].sum(-1)
+    zero = zero_variance_rows(scores, np.asarray(data.non_tensor_batch["uid"]))
+    tok = method.token_advantages(entropys, mask, scores) * mask
+    adv = data.batch["advantages"]
+    data.batch["advantages"] = torch.where(zero[:, None], tok.to(adv.dtype), adv)
+    real = mask.sum(-1) > 0
+    return {"zvp/rows": float((zero & real).sum()),
+            "zvp/nonzero_tokens": float(((tok != 0) & zero[:, None] & (mask > 0)).sum())}
+
+
+# methods whose per-token advantages verl can compute: name -> the update hook above
+TOKEN_ADVANTAGES = {NAME: apply_entropy_advantages}

@@ -15,6 +15,9 @@ from components.error_text import FieldError
 from components.trainer.verl.memory import estimate
 
 DEFAULT_GPU_MEMORY_GIB = 80.0
+# per-token-advantage methods the verl update can compute (advantages.TOKEN_ADVANTAGES, which
+# imports torch; tests/trainer/test_verl_advantages.py checks the two agree)
+VERL_TOKEN_METHODS = ("rl_zvp",)
 
 
 def verl_form_refusal(method: str) -> str | None:
@@ -25,7 +28,7 @@ def verl_form_refusal(method: str) -> str | None:
     cls = method_class(method)
     if issubclass(cls, SFT):
         return "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
-    if cls.per_token_advantages:
+    if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
         return ("its advantages are per token, computed from the policy inside the loss, which verl's "
                 "actor loss does not take")
     return None

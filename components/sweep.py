@@ -243,6 +243,15 @@ class Sweep(_Strict):
                 raise FieldError(f"method_config.{meth}.teacher", f"{t!r} is not one of the sweep's models or teachers")
         return self
 
+    @model_validator(mode="after")
+    def _verl_cells(self) -> "Sweep":
+        # a method verl cannot run, or a GPU cell that cannot fit its GPUs, is refused here,
+        # not hours later in a pod (components/trainer/verl/cells.py; torch-free)
+        from components.trainer.verl.cells import check
+
+        check(self)
+        return self
+
     # ---- derived views used by the DAG factory ----
     def task_of(self, method: str) -> str | None:
         """The task ``method``'s train stage runs (its ``task`` param; None = math)."""

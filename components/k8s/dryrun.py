@@ -80,7 +80,12 @@ def gpu_path(dag, cfg, mapped: dict[str, str], every: bool = False) -> dict:
         kwargs = dag.get_task(mapped[st.name]).python_callable(parent=PARENT, sweep=snap, up=up)
         upstream[st.name], args[st.name] = up, kwargs
         pods[st.name] = render(dag, st.name, kwargs, mapped[st.name], every)
-    return {"upstream": upstream, "args": args, "pods": pods}
+    from components.trainer.verl.cells import memory_report
+
+    memory = memory_report(cfg)
+    for text in memory["lines"]:
+        print(f"[dryrun {dag.dag_id}] memory {text}")
+    return {"memory": memory["cells"], "upstream": upstream, "args": args, "pods": pods}
 
 
 def main(argv: list[str]) -> None:

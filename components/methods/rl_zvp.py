@@ -9,8 +9,9 @@ entropy-shaped advantage (paper section 3, alpha = 0.1):
 
 with H_t the detached full-vocabulary entropy of the current policy at token t
 (``components.algos.advantages.zvp_token_advantages``). The trainer asks for it through the
-method's ``token_advantage_groups`` / ``token_advantages`` hooks inside its loss; verl's
-actor loss cannot, so the verl backend refuses this method (``per_token_advantages``). The
+method's ``token_advantage_groups`` / ``token_advantages`` hooks inside its loss; the verl
+backend calls ``token_advantages`` with the entropy of its old log-prob pass, before the update
+(``components/trainer/verl/advantages.py``). The
 paper's other settings (clip 0.2/0.28, token-level loss, no KL) are trainer settings of the
 sweep.
 """

@@ -25,7 +25,7 @@ class Params(TrainConfig):
     # ``backend`` was in the dump (default "embedded") since VERSION 1, so widening its type
     # keeps every key; the verl-only fields below are new: left out of the dump at default.
     ADDED_FIELDS = ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
-                    "max_prompt_length", "verl_overrides")
+                    "max_prompt_length", "verl_overrides", "gpu_memory_gib")
     backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
     # verl backend only: resources and raw verl overrides (Hydra ``key=value``, applied last)
@@ -35,6 +35,8 @@ class Params(TrainConfig):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     max_prompt_length: int = Field(512, ge=1)
     verl_overrides: tuple[str, ...] = ()
+    # memory of one GPU, for the sweep's per-cell fit check (components/trainer/verl/memory.py)
+    gpu_memory_gib: float = Field(80.0, gt=0)
 
 
 def run(params: Params, ctx: StageContext) -> dict:

@@ -273,3 +273,14 @@ def test_local_mode_dags_unchanged(report):
         shape = {t: (v["class"], v["upstream"], v["map_index_template"]) for t, v in d["tasks"].items()}
         assert shape == LOCAL_SHAPE, name
         assert d["tasks"]["end_sweep"]["teardown"] and not d["tasks"]["start_sweep"]["setup"]
+
+
+def test_dry_run_reports_each_verl_cells_memory(report):
+    from components.trainer.verl.cells import verl_cells
+
+    for name in PAPER:
+        cfg, mem = _sweep(name), report["dags"][f"rlvr_{name}"]["memory"]
+        assert set(mem) == {c["key"] for c in verl_cells(cfg)}
+        for key, est in mem.items():
+            assert est is not None and est["refusal"] is None, key
+            assert max(est["gib"]["update_peak"], est["gib"]["rollout_peak"]) <= est["gpu_gib"], key

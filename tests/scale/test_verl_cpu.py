@@ -19,7 +19,7 @@ import pytest
 # 64 tokens: the pool's 4-5-term traces are 35-45 tokens (a 32-token budget cut every one: reward 0)
 TRAIN = {"backend": "verl", "steps": 3, "batch_prompts": 4, "max_new_tokens": 64, "val_size": 4, "val_every": 3,
          "ckpt_every": 1, "lr": 1e-4, "micro_batch": 8}
-METHODS = {"grpo": {"n": 4}, "vsr": {"n": 4, "rho": 0.5}, "vigor": {}}
+METHODS = {"grpo": {"n": 4}, "vsr": {"n": 4, "rho": 0.5}, "vigor": {}, "rl_zvp": {"n": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,9 @@ def test_three_updates_on_verl(train_inputs, method):
     run = mlflow.MlflowClient().get_run(res["run_id"])
     assert "train/actor/pg_loss" in run.data.metrics and "reward/mean" in run.data.metrics
     rewards = assert_learning_signal(rows, f"verl {method}")
+    if method == "rl_zvp":   # its zero-variance groups trained on the entropy-shaped token advantages
+        zvp = [r for r in rows if "train/zvp/rows" in r]
+        assert zvp and sum(r["train/zvp/nonzero_tokens"] for r in zvp) > 0, rows
     print(f"verl {method}: 3 updates in {time.monotonic() - t0:.0f} s, rewards {rewards}, "
           f"val {[r['val/accuracy'] for r in rows if 'val/accuracy' in r]}")
 

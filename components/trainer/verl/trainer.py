@@ -77,7 +77,10 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         self.meter = TokenMeter(method=train_cfg.method, seed=train_cfg.seed, backend="verl")
         self.method = build(train_cfg.method, train_cfg.method_config)
         self.history: list[dict[str, float]] = []
-        if self.method.per_token_advantages:
+        from components.trainer.verl.advantages import TOKEN_ADVANTAGES
+
+        self.token_advantages = TOKEN_ADVANTAGES.get(train_cfg.method) if self.method.per_token_advantages else None
+        if self.method.per_token_advantages and self.token_advantages is None:
             raise ValueError(f"method {train_cfg.method}: entropy-shaped token advantages (RL-ZVP) are "
                              "embedded-trainer only; use backend: embedded")
 
@@ -129,7 +132,8 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         data = groups_to_dataproto(groups, self.tokenizer.pad_token_id, response_length=self.cfg.max_new_tokens)
         data.batch["advantages"] = verl_advantages(data, self.cfg.adv_estimator)
         apply_method_advantages(data, self.method, groups)
-        return update_actor_on_rows(self, data, self.cfg.micro_batch, {})
+        hook = None if self.token_advantages is None else lambda d, ent: self.token_advantages(self.method, d, ent)
+        return update_actor_on_rows(self, data, self.cfg.micro_batch, {}, token_advantages=hook)
 
     # ------------------------------------------------------------------ checkpoints
     def _step_dir(self, step: int) -> Path:
@@ -178,7 +182,8 @@ class RLVRPPOTrainer(FitLoop, RayPPOTrainer):
         self.write_records(out_dir)
 
 
-def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics: dict[str, float]) -> dict[str, float]:
+def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics: dict[str, float],
+                         token_advantages=None) -> dict[str, float]:
     """verl's actor update on training rows that carry ``advantages`` (math groups or episode
     turns): loss-free pad rows, token balance over ranks, old (and reference) log-probs, one
     ``update_actor``; ``metrics`` gets ``pad_rows`` and verl's reduced update metrics."""
@@ -205,7 +210,9 @@ def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics
     data.meta_info["multi_turn"] = False
     data.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
     old, _ = trainer._compute_old_log_prob(data)
-    old.batch.pop("entropys")
+    entropys = old.batch.pop("entropys")
+    if token_advantages is not None:     # RL-ZVP: advantages from the old policy's entropy (advantages.py)
+        metrics.update(token_advantages(data, entropys))
     data = data.union(old)
     if trainer.use_reference_policy:     # verl's KL loss (kl_coef > 0, or a sweep's verl_overrides)
         data = data.union(trainer._compute_ref_log_prob(data))

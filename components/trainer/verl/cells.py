@@ -1,0 +1,86 @@
+"""What sweep validation checks of a sweep's verl train cells, before any GPU is asked for.
+
+* a method with no verl form (its advantages are per token and computed from the policy inside
+  the loss, or it trains on supervised targets) is refused on ``backend: verl``;
+* on the GPU path (``executor: kubernetes``) every verl cell's per-GPU memory estimate
+  (``memory.py``) must fit its declared GPUs (``n_gpus_per_node x nnodes`` of ``gpu_memory_gib``).
+
+Torch-free and verl-free: it runs at DAG-parse time (``components/sweep.py``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from components.error_text import FieldError
+from components.trainer.verl.memory import estimate
+
+DEFAULT_GPU_MEMORY_GIB = 80.0
+# per-token-advantage methods the verl update can compute (advantages.TOKEN_ADVANTAGES, which
+# imports torch; tests/trainer/test_verl_advantages.py checks the two agree)
+VERL_TOKEN_METHODS = ("rl_zvp",)
+
+
+def verl_form_refusal(method: str) -> str | None:
+    """Why ``method`` cannot train on verl, or None when it can (the math task's registry)."""
+    from components.methods.registry import method_class
+    from components.methods.sft import SFT
+
+    cls = method_class(method)
+    if issubclass(cls, SFT):
+        return "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
+    if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
+        return ("its advantages are per token, computed from the policy inside the loss, which verl's "
+                "actor loss does not take")
+    return None
+
+
+def _where(sweep, method: str, key: str) -> str:
+    return f"method_train.{method}.{key}" if key in sweep.method_train.get(method, {}) else f"stages.train.{key}"
+
+
+def verl_cells(sweep) -> list[dict[str, Any]]:
+    """The grid cells whose train stage runs the math task on verl, with their merged params."""
+    out = []
+    for cell in sweep.grid():
+        params = sweep.train_params(cell["method"], cell["seed"])
+        if params.get("backend") == "verl" and sweep.task_of(cell["method"]) is None:
+            out.append({**cell, "params": params})
+    return out
+
+
+def memory_of(cell: dict[str, Any]) -> dict[str, Any] | None:
+    p = cell["params"]
+    return estimate(cell["model"], p, float(p.get("gpu_memory_gib", DEFAULT_GPU_MEMORY_GIB)))
+
+
+def check(sweep) -> None:
+    """Raise ``FieldError`` (one line: field, method, backend, reason) for the first bad cell."""
+    seen = set()
+    for cell in verl_cells(sweep):
+        m = cell["method"]
+        if m not in seen:
+            seen.add(m)
+            why = verl_form_refusal(m)
+            if why is not None:
+                raise FieldError(_where(sweep, m, "backend"),
+                                 f"method {m!r} has no verl form ({why}); run it with backend: embedded")
+        if sweep.executor != "kubernetes":
+            continue
+        est = memory_of(cell)
+        if est is not None and est["refusal"] is not None:
+            raise FieldError(_where(sweep, m, "micro_batch"),
+                             f"cell {cell['key']} (backend verl) cannot fit its GPUs: {est['refusal']}")
+
+
+def memory_report(sweep) -> dict[str, Any]:
+    """Every verl cell's estimate (``cells``: key -> estimate or None) and one line each, for the
+    k8s dry run (``components/k8s/dryrun.py``)."""
+    from components.trainer.verl.memory import line
+
+    cells, lines = {}, []
+    for cell in verl_cells(sweep):
+        est = memory_of(cell)
+        cells[cell["key"]] = est
+        lines.append(f"{cell['key']}: " + (line(est) if est else f"{cell['model']}: no architecture facts "
+                                             "(components/trainer/verl/memory.py KNOWN, or a local config.json)"))
+    return {"cells": cells, "lines": lines}

@@ -18,11 +18,9 @@ class TrainConfig(StageParams):
     seed: int = 0
     steps: int = Field(60, ge=1)
     batch_prompts: int = Field(16, ge=1)
-    # 2e-5: with AdamW every parameter moves by about lr per step whatever the gradient's size;
-    # at 2e-4 ONE GRPO update of the demo's pretrained policy lowered the log-prob of every
-    # sampled response by 4-7 nats (positive-advantage ones included) and training reward fell
-    # from .48 to .03 in 19 updates; at 2e-5 the update raises the positive-advantage responses
-    # (+0.09) and lowers the negative ones (-0.29): bench/rl_update_direction.py
+    # AdamW moves every parameter by about lr per step whatever the gradient's size: at ten
+    # times this, one update of the demo's small pretrained policy lowers the log-prob of every
+    # sampled response, positive-advantage ones included, instead of moving them apart
     lr: float = Field(2e-5, gt=0)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = 0.0

@@ -30,10 +30,6 @@ class Estimate:
     seeds: int
     problems: int
 
-    @property
-    def excludes_zero(self) -> bool:
-        return self.lo > 0 or self.hi < 0
-
     def fmt(self, digits: int = 3) -> str:
         return f"{self.mean:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
 

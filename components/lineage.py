@@ -34,7 +34,7 @@ from components.error_text import one_line, validation_problem
 from components.progress import note
 from components.stages.base import StageContext
 from components import run_card, tracking, tracking_spool
-from components.tracking import (_MAX_TAG, MlflowTracker, _flatten, client, end_sweep_run,  # noqa: F401
+from components.tracking import (_MAX_TAG, MlflowTracker, client, end_sweep_run,  # noqa: F401
                                  ensure_experiment, start_sweep_run)
 
 STAGES: dict[str, str] = {n: f"components.stages.{n}" for n in (

@@ -106,14 +106,6 @@ class EpisodeGroup:
     def prefix_len(self) -> int:
         return len(self.start.prefix)
 
-    @property
-    def n(self) -> int:
-        return len(self.runs)
-
-    @property
-    def mixed(self) -> bool:
-        return len(set(self.rewards)) > 1
-
     def trajectory(self, i: int, eos: int | None = None) -> list[str]:
         """Episode ``i``'s actions from reset (replayed prefix, then generated replies)."""
         return list(self.runs[i].actions)

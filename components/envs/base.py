@@ -16,7 +16,7 @@ Observation = prompt text: instruction + the last ``history_turns`` (observation
 + the current state + the admissible actions. This follows verl-agent's ``SOKOBAN_TEMPLATE``
 (``agent_system/environments/prompts/sokoban.py``: "Prior to this step, you have already taken
 {step_count} step(s). Below are the most recent {history_length} observations and the
-corresponding actions you took"), with ``history_length`` = 2 as the issue asks. The wording is
+corresponding actions you took"), with ``history_length`` = 2. The wording is
 ours and shorter (a tiny embedded policy reads it too).
 
 Replay (:func:`replay`): reset(seed) then step the action prefix. Environments keep no hidden

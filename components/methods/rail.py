@@ -19,7 +19,7 @@ choices ([ours], config knobs of :class:`RAILConfig`):
    from a Beta(1 + s, 1 + f) over the prompt's fresh outcomes with counts decayed by
    ``count_decay`` per step (p0 from the hard-subset filter seeds s, f as 2 pseudo-rollouts).
 2. "learns how to generate rollouts based on the improvement produced by each
-   intervention." Reward [ours, the issue's suggestion]: mixed-group yield per generated
+   intervention." Reward [ours]: mixed-group yield per generated
    token, r = 1000 [group has mixed rewards] / (tokens generated for the group); a skip is
    credited with its replacement's group.
    Bandit [ours]: disjoint linear Thompson sampling (Bayesian linear regression per arm,

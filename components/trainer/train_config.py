@@ -18,9 +18,9 @@ class TrainConfig(StageParams):
     seed: int = 0
     steps: int = Field(60, ge=1)
     batch_prompts: int = Field(16, ge=1)
-    # 2e-5: with AdamW every parameter moves by about lr per step whatever the gradient's size,
-    # so at 2e-4 one GRPO update of the demo's tiny policy lowers the log-prob of every sampled
-    # response, positive-advantage ones included
+    # AdamW moves every parameter by about lr per step whatever the gradient's size: at ten
+    # times this, one update of the demo's small pretrained policy lowers the log-prob of every
+    # sampled response, positive-advantage ones included, instead of moving them apart
     lr: float = Field(2e-5, gt=0)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = 0.0

@@ -86,7 +86,7 @@ def test_tree_of_anchors_from_played_episodes(agent):
     played_groups = t.rollout([1, 2, 3], context(HFEngine(model, tok, meter=TokenMeter()), step=1),
                               np.random.default_rng(0))
     starts = [g.start for g in played_groups]
-    assert len(starts) == 3 and sum(g.n for g in played_groups) == t.rollouts_per_step(3) == 6
+    assert len(starts) == 3 and sum(len(g.runs) for g in played_groups) == t.rollouts_per_step(3) == 6
     assert len({s.group_id() for s in starts}) == 3
     # a continuation from a prefix extends the same tree: its prefixes carry the anchor's history
     pre = Start(7, ("up", "??"), json.dumps([7, "up", "??"]), 2, (("anchor", json.dumps([7, "up", "??"])),))

@@ -29,7 +29,7 @@ from typing import Optional
 
 import typer
 
-from components import lineage, receipts
+from components import lineage, receipts, stage_graph
 from components.job_cli import run_stage_cmd, train_verl_cmd
 from components.sweep import SweepError, load_sweep
 
@@ -103,7 +103,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
     except SweepError as e:
         _die(str(e))
     try:  # every stage's params, before airflow starts (imports the stage modules)
-        for stage, params in cfg.planned_params():
+        for stage, params in stage_graph.planned_params(cfg):
             lineage.check_params(stage, params)
     except lineage.StageError as e:
         where = f"stages.{stage}" + ("" if e.field == "<root>" else f".{e.field}")
@@ -179,7 +179,7 @@ def rerun(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name
     if file is None:
         _die(f"{sweep_ref}: no sweep file of that name in {DAGS / 'sweeps'}; give the sweep YAML")
     cfg = load_sweep(file)
-    stages = {s for s, _ in cfg.planned_params()}   # an unknown stage fails before Airflow starts
+    stages = {s for s, _ in stage_graph.planned_params(cfg)}   # an unknown stage fails before Airflow starts
     if stage not in stages:
         _die(f"{file}: no stage {stage!r} in this sweep (stages: {', '.join(sorted(stages))})")
     cells = {"train": [g["key"] for g in cfg.grid()], "evaluate": [e["label"] for e in cfg.eval_cells()]}.get(stage)
@@ -244,7 +244,7 @@ def compile_cmd(file: Path = typer.Argument(..., help="sweep YAML"),
     if target != "kfp":
         _die(f"--target: unknown target {target!r} (targets: kfp)")
     try:  # a bad sweep or stage param is reported here, not by a pod on the cluster
-        for stage, params in load_sweep(file).planned_params():
+        for stage, params in stage_graph.planned_params(load_sweep(file)):
             lineage.check_params(stage, params)
     except SweepError as e:
         _die(str(e))

@@ -201,3 +201,11 @@ def dry_result(c: dict) -> dict[str, Any]:
     key = hashlib.sha256(blob.encode()).hexdigest()
     return {"stage": c["stage"], "uri": f"/rlvr/artifacts/{c['stage']}/{key}", "digest": key[::-1],
             "run_id": key[:32], "cache_key": key, "cached": False, "summary": {}}
+
+
+def planned_params(sweep: Sweep) -> list[tuple[str, dict[str, Any]]]:
+    """Every (stage, params) the orchestrators will pass to run_stage, from a dry walk of the
+    graph, for a pre-flight check against the stages' Params models (``rlvr sweep``, the DAG
+    integrity test)."""
+    made, _ = walk(sweep, dry_result)
+    return [(c["stage"], c["params"]) for c in made]

@@ -311,14 +311,6 @@ class Sweep(_Strict):
         return [{"key": k, "model": m, "benchmark": b, "label": k if b is None else f"{k}@{b}"}
                 for k, m in keys for b in self.eval_targets()]
 
-    def planned_params(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every (stage, params) the orchestrators will pass to run_stage, from the stage graph
-        (a dry walk of it), for a pre-flight check against the stages' Params models (``rlvr
-        sweep``, the DAG integrity test)."""
-        from components import stage_graph  # it imports this module
-        made, _ = stage_graph.walk(self, stage_graph.dry_result)
-        return [(c["stage"], c["params"]) for c in made]
-
     def grid(self) -> list[dict[str, Any]]:
         """model x method x seed in file order; ``key`` is a short stable slug."""
         return [{"model": m, "method": meth, "seed": s, "key": f"{slug(m)}-{meth}-s{s}"}

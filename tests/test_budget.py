@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from components import stage_graph
 from components.sweep import SweepError, parse_sweep
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.trainer.train_config import TrainConfig
@@ -26,7 +27,7 @@ def test_sweep_budget_reaches_every_generating_stage_and_an_explicit_stage_value
     s = sweep(max_response_tokens=128, max_prompt_tokens=40,
               stages={"train": {"max_new_tokens": 160}, "pretrain": {"steps": 5}})
     planned = {}
-    for stage, params in s.planned_params():
+    for stage, params in stage_graph.planned_params(s):
         planned.setdefault(stage, params)
     assert planned["pretrain"]["max_new_tokens"] == 128 and planned["pretrain"]["steps"] == 5
     assert planned["filter_hard"]["max_new_tokens"] == 128

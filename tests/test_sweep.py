@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from components import stage_graph
 from components import sweep as sw
 from components.sweep import SweepError, load_sweep
 
@@ -50,7 +51,7 @@ def test_demo_file_loads():
     assert s.train_params("vsr", 0) == {"steps": 60, "batch_prompts": 16, "threads": 1, "max_new_tokens": 128,
                                         "method": "vsr", "seed": 0, "method_config": {"n": 8, "rho": 0.5}}
     assert s.train_params("sft", 0)["method_config"] == {}
-    planned = s.planned_params()
+    planned = stage_graph.planned_params(s)
     assert [st for st, _ in planned].count("train") == 3 and [st for st, _ in planned].count("evaluate") == 4
     assert ("evaluate", {"max_problems": 200, "threads": 1, "max_new_tokens": 128, "label": "tiny-base"}) in planned
 
@@ -142,7 +143,7 @@ def test_teacher_only_model_is_pretrained_and_evaluated_not_trained(tmp_path):
     assert s.eval_cells()[-1]["model"] == "tiny"         # on the student's held-out set
     assert s.evaluate_params("tiny-teacher-tiny-long")["base_name"] == "teacher-tiny-long"
     assert "base_name" not in s.evaluate_params("tiny-base")
-    planned = s.planned_params()
+    planned = stage_graph.planned_params(s)
     assert [p for st, p in planned if st == "pretrain"] == [{}, {"steps": 600}]
     assert [st for st, _ in planned].count("filter_hard") == 1
     # a run of a subset of the methods (trigger form) does not pretrain a teacher nobody uses

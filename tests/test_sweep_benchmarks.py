@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from components import stage_graph
 from components.sweep import SweepError, load_sweep
 
 BASE = """name: t
@@ -33,7 +34,7 @@ def test_benchmarks_cross_every_model(tmp_path):
     labels = [c["label"] for c in s.eval_cells()]
     assert labels[:3] == ["tiny-grpo-s0", "tiny-grpo-s0@aime24", "tiny-grpo-s0@math500"]
     assert len(labels) == 3 * 3 and "tiny-base@math500" in labels
-    ev = [p for st, p in s.planned_params() if st == "evaluate"]
+    ev = [p for st, p in stage_graph.planned_params(s) if st == "evaluate"]
     assert {"max_problems": 5, "label": "tiny-vsr-s0@aime24", "benchmark": "aime24"} in ev
     s = load_sweep(write(tmp_path, BASE + "benchmarks: [aime24]\nheldout_eval: false\n"))
     assert [c["label"] for c in s.eval_cells()] == ["tiny-grpo-s0@aime24", "tiny-vsr-s0@aime24", "tiny-base@aime24"]

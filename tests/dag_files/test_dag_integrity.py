@@ -159,10 +159,10 @@ def test_parse_imports_no_heavy_modules():
 def test_sweep_params_fit_the_real_stages(monkeypatch):
     """Each repo sweep's stage params validate against the real stages' Params models
     (what `rlvr sweep` checks before starting), so a typo fails here, not mid-DAG."""
-    from components import lineage
+    from components import lineage, stage_graph
     monkeypatch.delenv(lineage.OVERRIDES_ENV, raising=False)
     for f, s in repo_sweeps():
-        for stage, params in s.planned_params():
+        for stage, params in stage_graph.planned_params(s):
             try:
                 lineage.check_params(stage, params)
             except lineage.StageError as e:

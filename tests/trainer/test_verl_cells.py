@@ -122,3 +122,15 @@ def test_every_sweeps_verl_cells_render_and_fit(path, verl_compose):
             est = memory_of(cell)
             assert est is not None, f"{cell['model']}: no architecture facts for the memory check"
             assert est["refusal"] is None
+
+
+def test_docs_gpu_settings_block_is_what_the_comparison_prints_now():
+    from pathlib import Path
+
+    from components.trainer.verl import gpu_settings
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "scale-out.md").read_text(encoding="utf-8")
+    assert gpu_settings.block_of(doc) == gpu_settings.report(), \
+        "stale: python -m components.trainer.verl.gpu_settings --docs docs/scale-out.md"
+    with pytest.raises(ValueError, match="generated:gpu-settings"):
+        gpu_settings.block_of(doc.replace(gpu_settings.BEGIN, ""))

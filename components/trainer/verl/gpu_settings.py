@@ -125,7 +125,8 @@ def comparison(sweep, compose: Callable) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def report() -> str:
+    """The comparison table and each cell's memory line, for every kubernetes sweep in dags/sweeps."""
     import glob
     from pathlib import Path
 
@@ -134,24 +135,53 @@ def main() -> None:
     from components.trainer.verl.memory import line
 
     root = Path(__file__).resolve().parents[3]
-    print("| sweep | model | GPUs | knob | ours | verl example | example script | why |")
-    print("|---|---|---|---|---|---|---|---|")
+    out = ["| sweep | model | GPUs | knob | ours | verl example | example script | why |",
+           "|---|---|---|---|---|---|---|---|"]
     memory = []
     for path in sorted(glob.glob(str(root / "dags/sweeps/*.yaml"))):
         sweep = load_sweep(path)
         if sweep.executor != "kubernetes":
             continue
         for r in comparison(sweep, compose):
-            print(f"| {r['sweep']} | {r['model']} | {r['gpus']} | {r['knob']} | {r['ours']} | {r['example']} | "
-                  f"`{r['script']}` | {r['why']} |")
+            out.append(f"| {r['sweep']} | {r['model']} | {r['gpus']} | {r['knob']} | {r['ours']} | {r['example']} | "
+                       f"`{r['script']}` | {r['why']} |")
         for cell in verl_cells(sweep):
             est = memory_of(cell)
             text = line(est) if est else f"{cell['model']}: no architecture facts"
             if (sweep.name, text) not in memory:
                 memory.append((sweep.name, text))
-    print()
-    for name, text in memory:
-        print(f"- {name}: {text}")
+    out.append("")
+    out += [f"- {name}: {text}" for name, text in memory]
+    return "\n".join(out) + "\n"
+
+
+BEGIN, END = "<!-- generated:gpu-settings -->\n", "<!-- /generated:gpu-settings -->"
+
+
+def block_of(doc: str) -> str:
+    """The generated block's body in a docs page; ValueError naming the markers when absent."""
+    if BEGIN not in doc or END not in doc:
+        raise ValueError(f"no {BEGIN.strip()} ... {END} block")
+    return doc.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+def main(argv=None) -> None:
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description="verl configs of the paper sweeps vs verl's example scripts")
+    ap.add_argument("--docs", type=Path, help="rewrite this page's generated:gpu-settings block instead of printing")
+    a = ap.parse_args(argv)
+    text = report()
+    if a.docs is None:
+        print(text, end="")
+        return
+    doc = a.docs.read_text(encoding="utf-8")
+    new = doc.replace(BEGIN + block_of(doc) + END, BEGIN + text + END)
+    tmp = a.docs.with_suffix(".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    tmp.replace(a.docs)
+    print(f"{a.docs}: gpu-settings block written")
 
 
 if __name__ == "__main__":

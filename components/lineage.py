@@ -49,7 +49,6 @@ SMALL_ARTIFACT_SUFFIXES = {".md", ".csv", ".png", ".json"}
 SMALL_ARTIFACT_BYTES = 10 * 1024 * 1024
 SYSTEM_METRICS_STAGES = {"train"}   # long enough for CPU / memory curves to say something
 CHECKPOINTED_STAGES = {"train"}     # metric rows are sent with the checkpoint that covers them
-CHECKPOINTS = "checkpoints/step-*/trainer_state.json"   # in the work dir: what a resumed attempt starts from
 
 
 class StageError(RuntimeError):
@@ -246,12 +245,12 @@ def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, c
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     wd = work_dir(name, key)
-    run_id = _resume_attempt(exp_id, key, wd, tags) or \
+    run_id = tracking.resume_attempt(exp_id, key, wd, tags) or \
         c.create_run(exp_id, tags={**tags, "rlvr.attempt": "1"}, run_name=tags["mlflow.runName"]).info.run_id
     _close_dead_attempts(key, run_id)
     tracker = MlflowTracker(run_id, spool_dir=wd / tracking_spool.SPOOL_DIR,   # an outage spools, never fails
                             hold_until_commit=name in CHECKPOINTED_STAGES)
-    if (ckpt := _checkpoint(wd)) is not None:   # the trainer logs step s's row as step s+1, then saves step-s
+    if (ckpt := tracking.latest_checkpoint(wd)) is not None:   # the trainer logs step s's row as step s+1, then saves step-s
         tracker.recover_held(int(ckpt.removeprefix("step-")) + 1)
     # a killed attempt (kill -9, OOM) leaves its temporary dir behind; we hold the key's
     # lock, so no other process is writing one: clear them before starting afresh
@@ -312,37 +311,6 @@ def _disk_error(stage: str, e: BaseException, tmp: Path) -> OSError | None:
     where = e.filename or tmp
     return OSError(e.errno, f"stage '{stage}': cannot write its artifact ({os.strerror(e.errno)}) at {where}; "
                             "nothing was marked finished")
-
-
-def _checkpoint(wd: Path) -> str | None:
-    """The latest complete checkpoint a resumed attempt starts from (``step-NNNNNN``), if any."""
-    done = sorted(p.parent.name for p in wd.glob(CHECKPOINTS))
-    return done[-1] if done else None
-
-
-def _resume_attempt(exp_id: str, key: str, wd: Path, tags: dict[str, str]) -> str | None:
-    """The run of an earlier attempt at ``key`` in this experiment that left a checkpoint: the
-    new attempt resumes from it, so it continues that run (one run per training cell, its
-    curves continuous); the attempts are in its ``rlvr.attempt*`` tags. None: start a new run."""
-    ckpt = _checkpoint(wd)
-    if ckpt is None:
-        return None
-    c = client()
-    prior = c.search_runs([exp_id], f"tags.`rlvr.cache_key` = '{key}' and attributes.status != 'FINISHED'",
-                          order_by=["attributes.start_time DESC"], max_results=1)
-    if not prior:
-        return None
-    run = prior[0]
-    n = int(run.data.tags.get("rlvr.attempt", "1"))
-    how = run.data.tags.get("rlvr.error") or "died without closing its run (killed)"
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    c.update_run(run.info.run_id, status="RUNNING")
-    MlflowTracker(run.info.run_id).set_tags({**tags, "rlvr.attempt": str(n + 1),
-                                             f"rlvr.attempt.{n}": one_line(f"{run.info.status}: {how}", 400),
-                                             f"rlvr.attempt.{n + 1}": f"started {stamp}, resumed from {ckpt}"})
-    if "rlvr.error" in run.data.tags:  # the error of an attempt, now in its rlvr.attempt.<n> tag
-        c.delete_tag(run.info.run_id, "rlvr.error")
-    return run.info.run_id
 
 
 def _close_dead_attempts(key: str, run_id: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from components import tracking_spool
 from components.artifacts import _canonical, artifact_root, tracking_uri
+from components.error_text import one_line
 
 # MLflow limits (mlflow.utils.validation): keys 250, param values 6000, tags 8000.
 _MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
@@ -144,6 +145,42 @@ class MlflowTracker:
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         log = client().log_artifacts if Path(path).is_dir() else client().log_artifact
         log(self.run_id, str(path), artifact_path)
+
+
+# ---------------------------------------------------------------- attempts of one stage call
+
+CHECKPOINTS = "checkpoints/step-*/trainer_state.json"   # in the work dir: what a resumed attempt starts from
+
+
+def latest_checkpoint(wd: Path) -> str | None:
+    """The latest complete checkpoint a resumed attempt starts from (``step-NNNNNN``), if any."""
+    done = sorted(p.parent.name for p in wd.glob(CHECKPOINTS))
+    return done[-1] if done else None
+
+
+def resume_attempt(exp_id: str, key: str, wd: Path, tags: dict[str, str]) -> str | None:
+    """The run of an earlier attempt at ``key`` in this experiment that left a checkpoint: the
+    new attempt resumes from it, so it continues that run (one run per training cell, its
+    curves continuous); the attempts are in its ``rlvr.attempt*`` tags. None: start a new run."""
+    ckpt = latest_checkpoint(wd)
+    if ckpt is None:
+        return None
+    c = client()
+    prior = c.search_runs([exp_id], f"tags.`rlvr.cache_key` = '{key}' and attributes.status != 'FINISHED'",
+                          order_by=["attributes.start_time DESC"], max_results=1)
+    if not prior:
+        return None
+    run = prior[0]
+    n = int(run.data.tags.get("rlvr.attempt", "1"))
+    how = run.data.tags.get("rlvr.error") or "died without closing its run (killed)"
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    c.update_run(run.info.run_id, status="RUNNING")
+    MlflowTracker(run.info.run_id).set_tags({**tags, "rlvr.attempt": str(n + 1),
+                                             f"rlvr.attempt.{n}": one_line(f"{run.info.status}: {how}", 400),
+                                             f"rlvr.attempt.{n + 1}": f"started {stamp}, resumed from {ckpt}"})
+    if "rlvr.error" in run.data.tags:  # the error of an attempt, now in its rlvr.attempt.<n> tag
+        c.delete_tag(run.info.run_id, "rlvr.error")
+    return run.info.run_id
 
 
 # ---------------------------------------------------------------- sweep parent runs

@@ -382,6 +382,9 @@ def log_outputs_record(run_id: str, rec: dict) -> None:
                  rec["summary"], rec["upstream"])
 
 
+tracking_spool.SENDERS["outputs"] = log_outputs_record
+
+
 def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sweep: str, key: str,
                  summary: dict, upstream: dict[str, dict]) -> None:
     """Small files as artifacts, CSVs also as MLflow tables, a policy's weights (and, for a

@@ -41,6 +41,26 @@ def client():
     return _clients[uri]
 
 
+def _send_batch(run_id: str, rec: dict) -> None:
+    """A spooled metrics / params / tags record, within MLflow's per-call limits (1000 metrics,
+    100 params or tags)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    kind = rec["kind"]
+    make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3]), 1000),
+                  "params": (lambda x: Param(x[0], x[1]), 100), "tags": (lambda x: RunTag(x[0], x[1]), 100)}[kind]
+    items = [make(x) for x in rec["items"]]
+    for i in range(0, len(items), size):
+        client().log_batch(run_id, **{kind: items[i:i + size]})
+
+
+def _send_end(run_id: str, rec: dict) -> None:
+    client().set_terminated(run_id, rec["status"], end_time=rec["ts"])
+
+
+tracking_spool.SENDERS.update(metrics=_send_batch, params=_send_batch, tags=_send_batch, end=_send_end)
+
+
 def ensure_experiment(name: str) -> str:
     from mlflow.exceptions import MlflowException
     c = client()

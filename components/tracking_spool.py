@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 RETRIES_ENV, TIMEOUT_ENV = "RLVR_TRACKING_RETRIES", "RLVR_TRACKING_TIMEOUT_S"
 WAIT_ENV, PROBE_ENV = "RLVR_TRACKING_WAIT_S", "RLVR_TRACKING_PROBE_S"
@@ -106,25 +106,18 @@ class Spool:
         os.replace(tmp, self.path)
 
 
-def apply(run_id: str, rec: dict) -> None:
-    """Send one record to the run (MLflow's per-call limits: 1000 metrics, 100 params / tags)."""
-    from mlflow.entities import Metric, Param, RunTag
+# How each record kind reaches MLflow: components.tracking registers metrics, params, tags and
+# end (with its client), components.lineage the stage outputs (artifacts, tables, registered
+# policy). This module imports neither, so both can import it.
+SENDERS: dict[str, Callable[[str, dict], None]] = {}
 
-    from components.tracking import client
-    kind = rec["kind"]
-    if kind in ("metrics", "params", "tags"):
-        make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3]), 1000),
-                      "params": (lambda x: Param(x[0], x[1]), 100), "tags": (lambda x: RunTag(x[0], x[1]), 100)}[kind]
-        items = [make(x) for x in rec["items"]]
-        for i in range(0, len(items), size):
-            client().log_batch(run_id, **{kind: items[i:i + size]})
-    elif kind == "end":
-        client().set_terminated(run_id, rec["status"], end_time=rec["ts"])
-    elif kind == "outputs":
-        from components import lineage  # the stage's outputs: artifacts, tables, registered policy
-        lineage.log_outputs_record(run_id, rec)
-    else:
-        raise ValueError(f"unknown spool record kind {kind!r}")
+
+def apply(run_id: str, rec: dict) -> None:
+    """Send one record to its run through the sender registered for its kind."""
+    send = SENDERS.get(rec["kind"])
+    if send is None:
+        raise ValueError(f"unknown spool record kind {rec['kind']!r} (known: {', '.join(sorted(SENDERS))})")
+    send(run_id, rec)
 
 
 class Sender:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.sweep import SweepError, load_sweep, parse_sweep
-from components.trainer.verl.cells import memory_of, verl_cells, verl_form_refusal
+from components.trainer.verl.cells import memory_of, refusal_from_class, verl_cells, verl_form_refusal
 from components.trainer.verl.memory import KNOWN, VERL_DEFAULTS, arch_of, estimate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +25,8 @@ def test_methods_without_a_verl_form():
 
     refused = sorted(m for m in available() if verl_form_refusal(m) is not None)
     assert refused == ["opd", "pg_opd", "sft"]
+    # the validation table is what the classes say, for every registered method
+    assert {m: verl_form_refusal(m) for m in available()} == {m: refusal_from_class(m) for m in available()}
 
 
 @pytest.mark.parametrize("method", ["pg_opd", "sft"])

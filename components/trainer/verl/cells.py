@@ -20,17 +20,31 @@ DEFAULT_GPU_MEMORY_GIB = 80.0
 VERL_TOKEN_METHODS = ("rl_zvp",)
 
 
+_SUPERVISED = "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
+_TOKEN_LOSS = ("its advantages are per token, computed from the policy inside the loss, which verl's "
+               "actor loss does not take")
+# Sweep validation runs where the method modules cannot be imported (the kfp environment has no
+# numpy or torch), so the refusals are a table by registered name; refusal_from_class derives
+# them from the classes and tests/trainer/test_verl_cells.py checks the two agree for every
+# registered method, so a method added later without a verl form fails that test, not a GPU job.
+NO_VERL_FORM: dict[str, str] = {"sft": _SUPERVISED, "opd": _TOKEN_LOSS, "pg_opd": _TOKEN_LOSS}
+
+
 def verl_form_refusal(method: str) -> str | None:
-    """Why ``method`` cannot train on verl, or None when it can (the math task's registry)."""
+    """Why ``method`` cannot train on verl, or None when it can."""
+    return NO_VERL_FORM.get(method)
+
+
+def refusal_from_class(method: str) -> str | None:
+    """The same answer from the method's class (imports it: numpy, maybe torch)."""
     from components.methods.registry import method_class
     from components.methods.sft import SFT
 
     cls = method_class(method)
     if issubclass(cls, SFT):
-        return "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
+        return _SUPERVISED
     if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
-        return ("its advantages are per token, computed from the policy inside the loss, which verl's "
-                "actor loss does not take")
+        return _TOKEN_LOSS
     return None
 
 

@@ -163,7 +163,7 @@ def test_bad_sweep_exits_2_with_one_line(tmp_path, monkeypatch):
     bad.write_text(textwrap.dedent(SWEEP).replace("methods: [grpo, vsr]", "methods: [grpo, vsrx]"))
     r = CliRunner().invoke(app, ["sweep", str(bad)])
     assert r.exit_code == 2
-    assert r.stderr == f"{bad}: methods: unknown method 'vsrx' (known: " + r.stderr.split("(known: ")[1]
+    assert r.stderr == f"{bad}: methods: unknown method 'vsrx' (available: " + r.stderr.split("(available: ")[1]
     assert r.stderr.count("\n") == 1
     assert not (tmp_path / "rlvr" / "airflow").exists()  # nothing ran
 

@@ -12,7 +12,7 @@ def _embedded(rewards, group_ids, entropy, mask, alpha):
     """What components/trainer/embedded.py computes for the same rows in its first epoch."""
     from components.methods.base import Group
     from components.methods.registry import build
-    from components.trainer.embedded import group_advantages
+    from components.algos.advantages import adv_estimator
 
     method = build("rl_zvp", {"n": 4, "alpha": alpha})
     sizes = {g: int((group_ids == g).sum()) for g in np.unique(group_ids.numpy())}
@@ -20,7 +20,7 @@ def _embedded(rewards, group_ids, entropy, mask, alpha):
                     responses=[(2,)] * k, texts=[""] * k, rewards=rewards[group_ids == g].tolist())
               for g, k in sizes.items()]
     seqs = type("Seqs", (), {"rewards": rewards, "group_ids": group_ids})()
-    adv = group_advantages(seqs, "grpo")
+    adv = adv_estimator("grpo")(seqs, None)   # what the embedded trainer looks up for adv_estimator: grpo
     per_token = torch.tensor([t for g, t in zip(groups, method.token_advantage_groups(groups)) for _ in range(g.n)])
     tok = method.token_advantages(entropy, mask, rewards)
     return torch.where(per_token[:, None], tok, adv[:, None].expand_as(tok)) * mask

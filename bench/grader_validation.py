@@ -244,13 +244,16 @@ def run(cases: list[Case], workers: int, timeout_s: float) -> tuple[list[tuple[C
 
 
 def latex_only_parse():
-    """``gold -> bool``: does math-verify's LaTeX extractor alone get an expression from ``\\boxed{gold}``."""
+    """``gold -> bool``: does math-verify's LaTeX extractor alone get an expression from ``\\boxed{gold}``,
+    read in the reference's ``first_match`` mode (its first match decides whether the reference falls
+    back to the plain-expression extractor)."""
     from math_verify import LatexExtractionConfig, parse
 
     from components.reward.worker import _is_expr
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0)]
-    return lambda gold: any(_is_expr(x) for x in parse("\\boxed{" + gold + "}", extraction_config=cfg))
+    return lambda gold: any(_is_expr(x) for x in parse("\\boxed{" + gold + "}", extraction_config=cfg,
+                                                        extraction_mode="first_match"))
 
 
 def summarize(results) -> dict:

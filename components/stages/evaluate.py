@@ -3,7 +3,8 @@
 The VSR paper's protocol by default: 16 samples per prompt over 2 seeds (``samples_per_seed``
 x ``seeds``) at temperature 0.7; reports mean@k (mean accuracy, also per seed so the
 tables can show the spread), unbiased pass@k for each ``pass_ks`` (Chen et al. 2021),
-and maj@k (majority vote over extracted answers). With ``benchmark`` set, the problems are
+and maj@k (majority vote over the answers as the grader extracts them: boxes listed together
+vote as one multi-part answer). With ``benchmark`` set, the problems are
 that benchmark's (``components.data.benchmarks.load_benchmark``) instead of the ``hard``
 input's split; real models use ``prompt_template="chat"``. The model input is either the base
 policy (``pretrain``) or a ``train`` output; ``label`` names the row in the tables.
@@ -81,7 +82,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.data.prompting import encode_prompt
     from components.data.schema import read_problems
     from components.engine.base import Request, SamplingParams, TokenMeter
-    from components.reward.grader import extract_boxed
+    from components.reward.grader import extract_answer
     from components.stages.common import grade_fn, open_engine, set_threads, write_json
 
     set_threads(params.threads)
@@ -118,7 +119,7 @@ def run(params: Params, ctx: StageContext) -> dict:
                     for c in o:
                         s, reason = next(scores)
                         correct[p.uid].append(s > 0.5)
-                        answers[p.uid].append(extract_boxed(c.text))
+                        answers[p.uid].append(extract_answer(c.text))  # the answer as graded: several boxes vote as one
                         seed_correct.append(s > 0.5)
                         f.write(json.dumps({"uid": p.uid, "seed": seed, "text": c.text, "score": s,
                                             "reason": reason}) + "\n")

@@ -176,3 +176,15 @@ def test_grader_restarts_after_close():
 def test_grade_responses_convenience():
     out = grade_responses(["\\boxed{6}", "nothing"], ["6", "6"])
     assert [x.reason for x in out] == ["correct", "no_answer"]
+
+
+def test_majority_vote_counts_a_multi_part_answer_as_one():
+    # evaluate votes on extract_answer: "\boxed{5}, \boxed{2}" and "\boxed{1}, \boxed{2}" are
+    # different answers, although their last boxes agree
+    from components.algos.metrics import maj_at_k
+    from components.reward import extract_answer
+    rs = ["\\boxed{5}, \\boxed{2}", "\\boxed{1}, \\boxed{2}", "\\boxed{1}, \\boxed{2}", "\\boxed{9}", "\\boxed{9}"]
+    correct = [False, True, True, False, False]
+    assert [extract_answer(r) for r in rs] == ["5, 2", "1, 2", "1, 2", "9", "9"]
+    assert maj_at_k([extract_answer(r) for r in rs], correct)
+    assert not maj_at_k([extract_boxed(r) for r in rs], correct)

@@ -1,6 +1,7 @@
 """VSR's replay buffer at scale: insert (observe a step's successful groups), evict (the
-recency window + capacity) and sample (score every prefix state, draw rho x batch without
-replacement), at 10K, 100K and 1M prefix states (3 cut points per trajectory).
+recency window + capacity) and sample (score every prefix state, draw rho x batch in
+proportion to the score), at 10K, 100K and 1M prefix states, with VSR's defaults (token-level
+states: every position of a stored trajectory is a state).
 
 Per-step cost is what matters: each training step calls observe once, evict once and
 select_replays once. The ratio reported is the 1M-prefix step cost over the 10K one
@@ -22,11 +23,12 @@ from components.methods.base import Group
 from components.methods.vsr import VSR, VSRConfig, Trajectory
 
 TRACE_LEN = 100          # tokens per stored trajectory
+STATES = TRACE_LEN - 1   # its prefix states (cut_points: every)
 BATCH, N = 128, 8        # a paper-scale step: 128 prompts x 8 rollouts
 
 
 def filled(prefixes: int, rng: np.random.Generator) -> VSR:
-    trajs = prefixes // 3
+    trajs = prefixes // STATES
     vsr = VSR(VSRConfig(n=N, rho=0.5, capacity=trajs, window_steps=None))
     resp = list(range(3, 3 + TRACE_LEN))
     for i in range(trajs):   # as if filled by earlier steps of 128 inserts each (oldest first)
@@ -69,7 +71,7 @@ def main() -> None:
         rows = [one_step(vsr, s, rng) for s in range(2, 2 + args.repeats)]
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
         med[size] = m
-        assert len(vsr.buffer) == size // 3
+        assert len(vsr.buffer) == size // STATES
         print(f"{size:>10} {1e3 * m['insert+evict']:>16.1f} {1e3 * m['evict']:>9.1f} {1e3 * m['sample']:>10.1f}"
               f" {1e3 * m['step']:>9.1f}")
     lo, hi = min(med), max(med)

@@ -13,22 +13,30 @@ seed (expert traces seed it at cold start). Its prefix states s_i = (x, y_<i) ar
 
 with R(tau) = 1 (only successes are stored) and p0(x) the success rate of the latest
 group rolled out from the original prompt. Each step a fraction ``rho`` of the batch's
-elements are replayed prefixes, drawn without replacement with probability proportional
-to sigma_hat; each gets a fresh group of ``n`` continuations, the prefix being context
-(never in the loss). The rest are the batch's fresh prompts. ``rho = 0`` issues exactly
-GRPO's requests, so it reproduces GRPO bit for bit.
+elements are replayed prefixes, drawn with probability proportional to sigma_hat; each
+gets a fresh group of ``n`` continuations, the prefix being context (never in the loss).
+The rest are the batch's fresh prompts. ``rho = 0`` issues exactly GRPO's requests, so it
+reproduces GRPO bit for bit.
 
-Choices the paper leaves open, as config knobs (defaults are ours, marked [INF] in
-docs/methods.md):
-- cut points: ``cut_fractions`` of the trajectory's length (default 0.25/0.5/0.75),
-  ``cut_points: steps`` (after each reasoning step delimiter) or ``every`` position (the
-  paper's agentic setting: every turn prefix; the registry's default on episodes);
+The paper's rules are the defaults (seed 000, Section 3 and Appendix C):
+- token-level states: every position i of a stored trajectory is a state s_i = (x, y_<i)
+  (``cut_points: every``; on episodes every turn prefix);
+- draws proportional to sigma_hat, independently, so with replacement (``replacement``);
+- only successful *fresh* trajectories enter the buffer, the most recent one per prompt;
+  replayed continuations do not (``insert_from_replay: false``), so recency eviction is
+  what replaces the expert seeds.
+Choices the paper leaves open, or alternatives to its rules, as knobs (docs/methods.md):
+- ``cut_stride``: with ``every``, only every stride-th position (a dense grid);
+  ``cut_points: fractions`` at ``cut_fractions`` of the length (0.25/0.5/0.75: the
+  positions of the paper's Appendix D.5 validation), or ``steps`` (after each reasoning
+  step delimiter);
+- ``replacement: false`` draws distinct states;
+- ``insert_from_replay: true`` also stores the successes of replayed continuations
+  (prefix + continuation);
 - recency: ``window_steps`` (a trajectory older than this many steps is evicted; ``None``
   keeps it until replaced) and ``capacity`` (oldest evicted first);
 - ``rho`` default 0.5; ``p0`` of a prompt never rolled out = its pass rate in the
-  hard-subset filter (``p0_default`` when unknown);
-- whether successes of replayed continuations (prefix + continuation) enter the buffer
-  (``insert_from_replay``, default true: the paper inserts every successful trajectory).
+  hard-subset filter (``p0_default`` when unknown).
 The paper's ablations are this class with other defaults, registered as presets
 (``components.methods.registry``): ``scoring: uniform`` (w/o scoring), ``freeze_after``
 (w/o recency), ``online_insert: false`` (static expert-prefix resets).
@@ -53,14 +61,16 @@ from components.methods.base import Group, Method, MethodConfig, RolloutContext
 class VSRConfig(MethodConfig):
     n: int = Field(8, ge=1, description="continuations per replayed prefix / samples per fresh prompt")
     rho: float = Field(0.5, ge=0.0, le=1.0, description="fraction of batch elements drawn from the buffer")
-    cut_points: Literal["fractions", "steps", "every"] = "fractions"
+    cut_points: Literal["fractions", "steps", "every"] = "every"
+    cut_stride: int = Field(1, ge=1, description="with cut_points: every, every stride-th position")
     cut_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
     step_delimiters: tuple[str, ...] = (". ", "\n")
     window_steps: int | None = Field(40, ge=1, description="recency window in training steps")
     capacity: int = Field(100_000, ge=1, description="max trajectories kept (oldest evicted)")
     scoring: Literal["sigma", "uniform"] = "sigma"
+    replacement: bool = True
     online_insert: bool = True
-    insert_from_replay: bool = True
+    insert_from_replay: bool = False
     freeze_after: int | None = Field(None, ge=0, description="stop inserting/evicting after this step")
     expert_seed: bool = True          # the paper's math cold start; off on episodes
     p0_default: float = Field(0.0, ge=0.0, le=1.0)
@@ -118,7 +128,7 @@ class VSR(Method):
         if self.config.cut_points == "fractions":
             cuts = {int(round(f * L)) for f in self.config.cut_fractions}
         elif self.config.cut_points == "every":
-            cuts = set(range(1, L))
+            cuts = set(range(self.config.cut_stride, L, self.config.cut_stride))
         else:
             cuts, text = set(), ""
             for i, t in enumerate(traj.response_ids[:-1], 1):
@@ -130,24 +140,29 @@ class VSR(Method):
     def _state_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
         """Every replayable state, vectorised: (uids in sorted order, trajectory index per
         state, cut position per state, score per state), ordered by (uid, cut). With
-        ``cut_points: fractions`` the cuts of a trajectory depend on its length only, so a
-        1M-state buffer is scored with array ops; the per-state values equal the scalar
-        ``cut_positions`` / ``sigma_hat`` ones exactly (same float operations)."""
+        ``cut_points: fractions`` or ``every`` the cuts of a trajectory depend on its length
+        only, so a 1M-state buffer is scored with array ops; the per-state values equal the
+        scalar ``cut_positions`` / ``sigma_hat`` ones exactly (same float operations)."""
         uids = sorted(self.buffer)
-        if self.config.cut_points != "fractions":
-            rows = [(t, i, c) for t, uid in enumerate(uids) for c in self.cut_positions(self.buffer[uid])
-                    for i in [len(self.buffer[uid].response_ids)]]
+        lengths = np.fromiter((len(self.buffer[u].response_ids) for u in uids), dtype=np.int64, count=len(uids))
+        if self.config.cut_points == "every":
+            s = self.config.cut_stride
+            counts = np.maximum(lengths - 1, 0) // s                          # positions s, 2s, ... < L
+            traj = np.repeat(np.arange(len(uids), dtype=np.int64), counts)
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            cut = (np.arange(int(counts.sum()), dtype=np.int64) - first + 1) * s
+        elif self.config.cut_points == "steps":
+            rows = [(t, c) for t, uid in enumerate(uids) for c in self.cut_positions(self.buffer[uid])]
             traj = np.array([r[0] for r in rows], dtype=np.int64)
-            L = np.array([r[1] for r in rows], dtype=np.int64)
-            cut = np.array([r[2] for r in rows], dtype=np.int64)
+            cut = np.array([r[1] for r in rows], dtype=np.int64)
         else:
-            lengths = np.fromiter((len(self.buffer[u].response_ids) for u in uids), dtype=np.int64, count=len(uids))
             fr = np.array(sorted(set(self.config.cut_fractions)), dtype=float)
             cuts = np.rint(np.outer(lengths, fr)).astype(np.int64)          # == int(round(f * L))
             ok = (cuts > 0) & (cuts < lengths[:, None])
             ok[:, 1:] &= cuts[:, 1:] != cuts[:, :-1]                          # set(): drop repeated cuts
             traj, col = np.nonzero(ok)                                        # row-major: (uid, cut) order
-            cut, L = cuts[traj, col], lengths[traj]
+            cut = cuts[traj, col]
+        L = lengths[traj]
         if self.config.scoring == "uniform":
             score = np.ones(len(cut))
         else:
@@ -168,9 +183,12 @@ class VSR(Method):
         uids, traj, cut, w = self._state_arrays()
         if len(cut) == 0:
             return []
-        k = min(k, len(cut))
         p = w / w.sum() if w.sum() > 0 else np.full(len(cut), 1.0 / len(cut))
-        idx = rng.choice(len(cut), size=k, replace=False, p=p) if k < len(cut) else np.arange(k)
+        if self.config.replacement:
+            idx = rng.choice(len(cut), size=k, replace=True, p=p)
+        else:
+            k = min(k, len(cut))
+            idx = rng.choice(len(cut), size=k, replace=False, p=p) if k < len(cut) else np.arange(k)
         return [(uids[int(traj[i])], int(cut[i]), float(w[i])) for i in sorted(idx.tolist())]
 
     # ---- protocol --------------------------------------------------------------------

@@ -36,12 +36,41 @@ def test_buffer_keeps_only_the_latest_success_per_prompt_and_updates_p0():
     v.observe([group("a", [1, 0, 1], [[5, 6, 7], [9], [8, 8, 8, 8]])])
     assert v.buffer["a"].response_ids == [8, 8, 8, 8] and v.p0["a"] == pytest.approx(2 / 3)
     v.step = 2
-    v.observe([group("a@2", [1], [[4, 4]], prefix=(3, 3))])        # a replay success: prefix + continuation
-    assert v.buffer["a"].response_ids == [3, 3, 4, 4] and v.buffer["a"].inserted_step == 2
+    v.observe([group("a@2", [1], [[4, 4]], prefix=(3, 3))])        # a replay success: not a fresh trajectory
+    assert v.buffer["a"].response_ids == [8, 8, 8, 8] and v.buffer["a"].inserted_step == 1
     assert v.p0["a"] == pytest.approx(2 / 3)                        # p0 comes from fresh groups only
-    v.step = 5
+    v.step = 4
     v.observe([])
     assert v.buffer == {}                                           # evicted by the recency window
+
+
+def test_insert_from_replay_stores_prefix_plus_continuation():
+    v = build("vsr", {"window_steps": 3, "expert_seed": False, "insert_from_replay": True})
+    v.tokenizer, v.step = build_tokenizer(), 2
+    v.observe([group("a@2", [1], [[4, 4]], prefix=(3, 3))])
+    assert v.buffer["a"].response_ids == [3, 3, 4, 4] and v.buffer["a"].inserted_step == 2
+
+
+def test_token_level_states_by_default_and_a_stride_grid():
+    v = build("vsr", {})
+    v.buffer = {"a": Trajectory("a", list(range(6)), 0, "policy"), "b": Trajectory("b", [1], 0, "policy")}
+    v.p0 = {"a": 0.0}
+    assert [s[1] for s in v.prefix_states()] == [1, 2, 3, 4, 5]     # s_i = (x, y_<i), every i; "b" has none
+    assert [s[1] for s in v.prefix_states()] == v.cut_positions(v.buffer["a"])
+    assert [round(s[2], 6) for s in v.prefix_states()][:2] == [round(sigma_hat(0.0, 1 / 6), 6), round(sigma_hat(0.0, 2 / 6), 6)]
+    g = build("vsr", {"cut_stride": 2})
+    g.buffer = v.buffer
+    assert [s[1] for s in g.prefix_states()] == [2, 4] == g.cut_positions(g.buffer["a"])
+
+
+def test_draws_with_replacement_unless_told_otherwise():
+    v = build("vsr", {"cut_points": "fractions", "cut_fractions": [0.5]})
+    v.buffer = {"a": Trajectory("a", list(range(8)), 0, "expert")}
+    rng = np.random.default_rng(0)
+    assert [s[1] for s in v.select_replays(3, rng)] == [4, 4, 4]    # one state, drawn three times
+    w = build("vsr", {"cut_points": "fractions", "cut_fractions": [0.5], "replacement": False})
+    w.buffer = v.buffer
+    assert [s[1] for s in w.select_replays(3, rng)] == [4]
 
 
 def test_ablation_knobs():
@@ -60,7 +89,7 @@ def test_ablation_knobs():
 
 
 def test_sampling_is_proportional_to_sigma_hat():
-    v = build("vsr", {"cut_fractions": [0.25, 0.75]})
+    v = build("vsr", {"cut_points": "fractions", "cut_fractions": [0.25, 0.75]})
     v.tokenizer = build_tokenizer()
     v.buffer = {"a": Trajectory("a", list(range(8)), 0, "expert")}
     v.p0 = {"a": 0.1}

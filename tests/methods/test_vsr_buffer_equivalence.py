@@ -17,7 +17,10 @@ def scalar_states(vsr: VSR):
     for uid in sorted(vsr.buffer):
         t = vsr.buffer[uid]
         L = len(t.response_ids)
-        cuts = sorted(c for c in {int(round(f * L)) for f in vsr.config.cut_fractions} if 0 < c < L)
+        if vsr.config.cut_points == "every":
+            cuts = list(range(vsr.config.cut_stride, L, vsr.config.cut_stride))
+        else:
+            cuts = sorted(c for c in {int(round(f * L)) for f in vsr.config.cut_fractions} if 0 < c < L)
         for c in cuts:
             s = 1.0 if vsr.config.scoring == "uniform" else sigma_hat(vsr.p0.get(uid, vsr.config.p0_default), c / L)
             out.append((uid, c, s))
@@ -35,12 +38,15 @@ def scalar_evict(buffer: dict, step: int, window, capacity) -> set:
     return set(b)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("scoring", ["sigma", "uniform"])
-def test_states_scores_and_draws_equal_the_scalar_definition(seed, scoring):
+@pytest.mark.parametrize("cuts", ["fractions", "every", "every-3"])
+@pytest.mark.parametrize("replacement", [True, False])
+def test_states_scores_and_draws_equal_the_scalar_definition(seed, scoring, cuts, replacement):
     r = random.Random(seed)
     fr = tuple(sorted(r.sample([0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 0.9], k=r.randint(1, 4))))
-    vsr = VSR(VSRConfig(cut_fractions=fr, scoring=scoring, p0_default=r.random() * 0.2))
+    vsr = VSR(VSRConfig(cut_points=cuts.split("-")[0], cut_stride=int(cuts.split("-")[1]) if "-" in cuts else 1,
+                        cut_fractions=fr, scoring=scoring, p0_default=r.random() * 0.2, replacement=replacement))
     for i in range(r.randint(1, 300)):
         uid = f"q{r.randint(0, 10_000)}"
         vsr.buffer[uid] = Trajectory(uid, list(range(r.randint(1, 40))), 0, "policy")   # L=1..3: few/no cuts
@@ -52,7 +58,10 @@ def test_states_scores_and_draws_equal_the_scalar_definition(seed, scoring):
     a = vsr.select_replays(k, np.random.default_rng(seed))
     w = np.array([s[2] for s in ref])
     p = w / w.sum() if w.sum() > 0 else np.full(len(ref), 1 / len(ref))
-    idx = np.random.default_rng(seed).choice(len(ref), size=k, replace=False, p=p) if k < len(ref) else np.arange(k)
+    if replacement:
+        idx = np.random.default_rng(seed).choice(len(ref), size=k, replace=True, p=p)
+    else:
+        idx = np.random.default_rng(seed).choice(len(ref), size=k, replace=False, p=p) if k < len(ref) else np.arange(k)
     assert a == [ref[i] for i in sorted(idx.tolist())]
 
 

@@ -235,6 +235,9 @@ def against(rev: str, workloads: dict, repeats: int) -> None:
         same = sum(a == b for a, b in zip(reasons[(w, "now")], reasons[(w, rev)]))
         print(f"Grader now vs at {rev}, {w:8s}: {len(texts) / now:6.0f} vs {len(texts) / then:6.0f} items/s "
               f"(best of {repeats}), now/then speed {then / now:.3f}x; same reason on {same}/{len(texts)}")
+        for i, (a, b) in enumerate(zip(reasons[(w, "now")], reasons[(w, rev)])):
+            if a != b:
+                print(f"  {w} item {i}: now {a}, at {rev} {b}: {texts[i][:80]!r}")
 
 
 def main() -> None:

@@ -45,7 +45,6 @@ AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_seeds", "lr", "grad_clip", "te
                        "max_episode_tokens", "n_gpus_per_node", "gpu_memory_utilization")
 
 _TRAIN = "components.stages.train:Params"
-_FILTER = "components.stages.filter_hard:Params"
 _SWEEP = "components.sweep:Sweep"
 
 _V = "VIGOR Appendix C"
@@ -138,7 +137,7 @@ _VSR = [
     Knob("vsr_table1", "kubernetes.resources.train.gpus", 4, _S, "all experiments on 4 A100 GPUs"),
     Knob("vsr_table1", "seeds", [0], "VSR Appendix D.5", "one training run per method"),
     Knob("vsr_table1", "stages.filter_hard.filter_model", "Qwen/Qwen2.5-7B-Instruct", _S,
-         "filtered once with Qwen2.5-7B-Instruct; both models train on that subset", f"{_FILTER}.filter_model"),
+         "filtered once with Qwen2.5-7B-Instruct; both models train on that subset"),
 ]
 
 _A = "VSR Appendix D (agentic setup)"

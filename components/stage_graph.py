@@ -87,12 +87,13 @@ def _filter_hard(cfg: Sweep, up: dict) -> list[dict]:
     models = _by(up, "models", "model")
     return [call("filter_hard", slug(m), cfg.stages.filter_hard,
                  {"data": up["data"]["uri"], "model": _uri(models, m, "models")}, {"model": m})
-            for m in cfg.models]
+            for m in cfg.filter_models()]
 
 
 def _seed_prefixes(cfg: Sweep, up: dict) -> list[dict]:
     hard = _by(up, "hard", "model")
-    return [call("seed_prefixes", slug(m), cfg.stages.seed_prefixes, {"hard": _uri(hard, m, "hard")}, {"model": m})
+    return [call("seed_prefixes", slug(m), cfg.stages.seed_prefixes, {"hard": _uri(hard, cfg.hard_model(m), "hard")},
+                 {"model": m})
             for m in cfg.models]
 
 
@@ -101,7 +102,7 @@ def _train(cfg: Sweep, up: dict) -> list[dict]:
 
     def inputs(g: dict) -> dict:
         m = g["model"]
-        out = {"model": _uri(models, m, "models"), "hard": _uri(hard, m, "hard"),
+        out = {"model": _uri(models, m, "models"), "hard": _uri(hard, cfg.hard_model(m), "hard"),
                "prefixes": _uri(prefixes, m, "prefixes")}
         if teacher := cfg.teacher_of(g["method"]):
             out["teacher"] = _uri(models, teacher, "models")
@@ -116,7 +117,7 @@ def _evaluate(cfg: Sweep, up: dict) -> list[dict]:
     uris = {k: r["uri"] for k, r in _by(up, "trains", "key").items()}
     uris.update({k: _uri(models, m, "models") for k, m in cfg.untrained_eval_models().items()})
     return [call("evaluate", e["label"], cfg.evaluate_params(e["label"], e["benchmark"]),
-                 {"model": uris[e["key"]], "hard": _uri(hard, e["model"], "hard")},
+                 {"model": uris[e["key"]], "hard": _uri(hard, cfg.hard_model(e["model"]), "hard")},
                  {k: e[k] for k in ("label", "model", "benchmark") if e[k] is not None})
             for e in cfg.eval_cells() if e["key"] in uris]
 

@@ -244,6 +244,14 @@ class Sweep(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _filter_model(self) -> "Sweep":
+        fm = self.stages.filter_hard.get("filter_model")
+        if fm is not None and fm not in self.models:
+            raise FieldError("stages.filter_hard.filter_model", f"{fm!r} is not one of the sweep's models "
+                             f"({', '.join(self.models)}): the hard subset comes from a model that is pretrained here")
+        return self
+
+    @model_validator(mode="after")
     def _verl_cells(self) -> "Sweep":
         # a method verl cannot run, or a GPU cell that cannot fit its GPUs, is refused here,
         # not hours later in a pod (components/trainer/verl/cells.py; torch-free)
@@ -260,6 +268,15 @@ class Sweep(_Strict):
     def teacher_of(self, method: str) -> str | None:
         """The model whose pretrain output is ``method``'s teacher (``method_config.<m>.teacher``)."""
         return self.method_config.get(method, {}).get("teacher")
+
+    def hard_model(self, model: str) -> str:
+        """The model whose filter_hard output is ``model``'s hard subset: the sweep's one
+        ``stages.filter_hard.filter_model`` when set, else ``model`` itself."""
+        return self.stages.filter_hard.get("filter_model") or model
+
+    def filter_models(self) -> list[str]:
+        """What filter_hard runs for: the one filter model, or every model."""
+        return list(dict.fromkeys(self.hard_model(m) for m in self.models))
 
     def pretrained_models(self) -> list[str]:
         """What the pretrain stage runs for: ``models``, then each of ``teachers`` that a method

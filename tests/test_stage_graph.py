@@ -108,3 +108,20 @@ def test_the_graph_is_closed():
         assert s.fan in ("one", "model", "grid", "eval") and s.name in stage_graph.CALLS
         seen.add(s.result)
     assert len(seen) == len(stage_graph.STAGES) and set(stage_graph.CALLS) == set(stage_graph.BY_NAME)
+
+
+def test_one_filter_model_gives_every_model_its_hard_subset():
+    # the VSR paper filters once, with one model, and trains every model on that subset
+    cfg = parse_sweep({**SWEEP, "stages": {"filter_hard": {"filter_model": "small"}}}, "g.yaml")
+    made, _ = walk(cfg, run)
+    assert [c["cell"] for c in made if c["stage"] == "filter_hard"] == ["small"]
+    hard = {(c["stage"], c["cell"]): c["inputs"]["hard"] for c in made if "hard" in c["inputs"]}
+    assert set(hard.values()) == {uri("filter_hard", "small")}
+    assert {cell.split("-")[0] for s, cell in hard if s == "train"} == {"tiny", "small"}
+
+
+def test_a_filter_model_outside_the_models_is_refused_in_one_line():
+    with pytest.raises(ValueError) as e:
+        parse_sweep({**SWEEP, "stages": {"filter_hard": {"filter_model": "tiny_long"}}}, "g.yaml")
+    msg = str(e.value)
+    assert "stages.filter_hard.filter_model" in msg and "tiny_long" in msg and "\n" not in msg.strip()

@@ -26,7 +26,7 @@ INPUTS = ("data", "model")
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass")
+    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model")
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -50,6 +50,11 @@ class Params(StageParams):
     # "solved sometimes" prompts: min_pass 0.2, max_pass 0.8.
     min_pass: float | None = Field(None, ge=0, le=1)
     max_pass: float | None = Field(None, ge=0, le=1)
+    # the one model whose pass rates define the hard subset of every model of the sweep (the
+    # VSR paper filters once, with Qwen2.5-7B-Instruct, and trains Llama-3.2-3B on that subset
+    # too); read by the stage graph, which then runs this stage once. None: each model filters
+    # with itself.
+    filter_model: str | None = None
 
     @model_validator(mode="after")
     def _c_below_k(self):

@@ -62,6 +62,10 @@ _VIGOR = [
     Knob("vigor_table1", "method_config.rl_zvp.alpha", 0.1, _V, "RL-ZVP scaling factor alpha = 0.1"),
     Knob("vigor_table1", "stages.prepare_data.source", "math", _V, "1.5B/3B train on the MATH dataset only"),
     Knob("vigor_table1", "stages.train.batch_prompts", 160, _V, "training batch 160 for the 1.5B and 3B models"),
+    *(Knob("vigor_table1", f"model_train.{m}.batch_prompts", 640, _V, "training batch 640 for 7B and Phi")
+      for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
+    Knob("vigor_table1", "model_train.microsoft/Phi-4-mini-instruct.max_prompt_length", 2048, _V, "Phi: prompt 2048"),
+    Knob("vigor_table1", "model_train.microsoft/Phi-4-mini-instruct.max_new_tokens", 6144, _V, "Phi: response 6144"),
     Knob("vigor_table1", "stages.train.lr", 1e-6, _V, "AdamW, constant learning rate 1e-6"),
     Knob("vigor_table1", "stages.train.warmup_steps", 0, _V, "constant learning rate (no warm-up)"),
     Knob("vigor_table1", "stages.train.kl_coef", 0.0, "VIGOR Theorem 1; Appendix C coding setup",
@@ -88,9 +92,8 @@ _VIGOR = [
          f"{_TRAIN}.ppo_mini_batch_size"),
     Knob("vigor_table1", "stages.train.keep_best", "val", "VIGOR Section 5.2, Appendix C",
          "Table 1 from each method's best average-score checkpoint", f"{_TRAIN}.keep_best"),
-    Knob("vigor_table1", "model_specs.<7B, Phi>.train", {"batch_prompts": 640, "data": "MATH+DAPO"}, _V,
-         "7B and Phi: batch 640, mini-batch 64, MATH+DAPO mixture; Phi: prompt 2048 / response 6144",
-         f"{_SWEEP}.model_train"),
+    Knob("vigor_table1", "stages.prepare_data.mixture", "MATH+DAPO", _V,
+         "7B and Phi train on the MATH+DAPO mixture", f"{_SWEEP}.model_data"),
     Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0",
          f"{_TRAIN}.val_top_p"),
 ]

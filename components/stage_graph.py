@@ -108,7 +108,7 @@ def _train(cfg: Sweep, up: dict) -> list[dict]:
             out["teacher"] = _uri(models, teacher, "models")
         return out
 
-    return [call("train", g["key"], cfg.train_params(g["method"], g["seed"]), inputs(g), g) for g in cfg.grid()]
+    return [call("train", g["key"], cfg.train_params(g["method"], g["seed"], g["model"]), inputs(g), g) for g in cfg.grid()]
 
 
 def _evaluate(cfg: Sweep, up: dict) -> list[dict]:

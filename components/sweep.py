@@ -99,6 +99,9 @@ class Sweep(_Strict):
     method_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # per-method overrides of the train stage's params (DAPO's clip-higher, VIP's estimator, ...)
     method_train: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # per-model overrides of the train stage's params (VIGOR's 7B / Phi batch and lengths), keyed
+    # by an entry of ``models``; applied before method_train: stages.train < model < method
+    model_train: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # evaluation targets besides/instead of the held-out split: names of
     # components.data.benchmarks.BENCHMARKS; each model is evaluated on each (label "<key>@<bench>")
     benchmarks: list[str] = Field(default_factory=list)
@@ -199,12 +202,24 @@ class Sweep(_Strict):
             return self
         budget = lambda d: d.get("max_new_tokens", DEFAULT_RESPONSE_TOKENS)  # noqa: E731
         floor = max(budget(st.filter_hard), budget(st.evaluate))
-        for m in self.methods:
-            where = f"method_train.{m}" if "max_new_tokens" in self.method_train.get(m, {}) else "stages.train"
-            b = budget({**st.train, **self.method_train.get(m, {})})
-            if b < floor:
-                raise FieldError(f"{where}.max_new_tokens", f"{b} is below the filter/eval response budget {floor} "
-                                 "(answers get cut off in training only); set short_train_budget: true if on purpose")
+        for model in self.models:
+            for m in self.methods:
+                b = budget(self.train_params(m, 0, model))
+                if b < floor:
+                    where = (f"method_train.{m}" if "max_new_tokens" in self.method_train.get(m, {}) else
+                             f"model_train.{model}" if "max_new_tokens" in self.model_train.get(model, {}) else
+                             "stages.train")
+                    raise FieldError(f"{where}.max_new_tokens", f"{b} is below the filter/eval response budget "
+                                     f"{floor} (answers get cut off in training only); set short_train_budget: "
+                                     "true if on purpose")
+        return self
+
+    @model_validator(mode="after")
+    def _model_train_keys(self) -> "Sweep":
+        for model in self.model_train:
+            if model not in self.models:
+                raise FieldError(f"model_train.{model}", f"{model!r} is not one of the sweep's models "
+                                 f"({', '.join(self.models)})")
         return self
 
     @model_validator(mode="after")
@@ -290,8 +305,11 @@ class Sweep(_Strict):
         extra = self.model_specs.get(model, {"model": model})
         return {**self.stages.pretrain, **extra}
 
-    def train_params(self, method: str, seed: int) -> dict[str, Any]:
-        return {**self.stages.train, **self.method_train.get(method, {}), "method": method, "seed": seed,
+    def train_params(self, method: str, seed: int, model: str | None = None) -> dict[str, Any]:
+        """stages.train < model_train[model] < method_train[method], plus the cell's method,
+        seed and method config."""
+        return {**self.stages.train, **self.model_train.get(model, {}), **self.method_train.get(method, {}),
+                "method": method, "seed": seed,
                 "method_config": dict(self.method_config.get(method, {}))}
 
     def evaluate_params(self, label: str, benchmark: str | None = None) -> dict[str, Any]:

@@ -125,3 +125,16 @@ def test_a_filter_model_outside_the_models_is_refused_in_one_line():
         parse_sweep({**SWEEP, "stages": {"filter_hard": {"filter_model": "tiny_long"}}}, "g.yaml")
     msg = str(e.value)
     assert "stages.filter_hard.filter_model" in msg and "tiny_long" in msg and "\n" not in msg.strip()
+
+
+def test_model_train_sits_between_the_stage_block_and_method_train():
+    cfg = parse_sweep({**SWEEP, "stages": {"train": {"steps": 5, "lr": 1e-3}},
+                       "model_train": {"small": {"steps": 7, "lr": 2e-3}}, "method_train": {"grpo": {"lr": 3e-3}}},
+                      "g.yaml")
+    made, _ = walk(cfg, run)
+    params = {c["cell"]: c["params"] for c in made if c["stage"] == "train"}
+    assert (params["small-grpo-s0"]["steps"], params["small-grpo-s0"]["lr"]) == (7, 3e-3)
+    assert (params["small-pg_opd-s0"]["steps"], params["small-pg_opd-s0"]["lr"]) == (7, 2e-3)
+    assert (params["tiny-pg_opd-s0"]["steps"], params["tiny-pg_opd-s0"]["lr"]) == (5, 1e-3)
+    with pytest.raises(ValueError, match="model_train.huge"):
+        parse_sweep({**SWEEP, "model_train": {"huge": {"steps": 1}}}, "g.yaml")

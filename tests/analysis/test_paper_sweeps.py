@@ -32,6 +32,9 @@ def values_of(cfg: Sweep, field: str) -> list:
         if stage == "train":
             return [cfg.train_params(m, 0)[key] for m in cfg.methods]
         return [getattr(cfg.stages, stage)[key]]
+    if head == "model_train":             # model names hold dots: the key is the last part
+        model, key = rest.rsplit(".", 1)
+        return [cfg.train_params(m, 0, model)[key] for m in cfg.methods]
     if head in ("method_config", "method_train"):
         method, key = rest.split(".", 1)
         return [getattr(cfg, head)[method][key]]

@@ -48,15 +48,19 @@ def refusal_from_class(method: str) -> str | None:
     return None
 
 
-def _where(sweep, method: str, key: str) -> str:
-    return f"method_train.{method}.{key}" if key in sweep.method_train.get(method, {}) else f"stages.train.{key}"
+def _where(sweep, method: str, key: str, model: str | None = None) -> str:
+    if key in sweep.method_train.get(method, {}):
+        return f"method_train.{method}.{key}"
+    if key in sweep.model_train.get(model, {}):
+        return f"model_train.{model}.{key}"
+    return f"stages.train.{key}"
 
 
 def verl_cells(sweep) -> list[dict[str, Any]]:
     """The grid cells whose train stage runs the math task on verl, with their merged params."""
     out = []
     for cell in sweep.grid():
-        params = sweep.train_params(cell["method"], cell["seed"])
+        params = sweep.train_params(cell["method"], cell["seed"], cell["model"])
         if params.get("backend") == "verl" and sweep.task_of(cell["method"]) is None:
             out.append({**cell, "params": params})
     return out
@@ -82,7 +86,7 @@ def check(sweep) -> None:
             continue
         est = memory_of(cell)
         if est is not None and est["refusal"] is not None:
-            raise FieldError(_where(sweep, m, "micro_batch"),
+            raise FieldError(_where(sweep, m, "micro_batch", cell["model"]),
                              f"cell {cell['key']} (backend verl) cannot fit its GPUs: {est['refusal']}")
 
 

@@ -24,8 +24,8 @@ INPUTS = ("model", "hard", "prefixes", "teacher*")   # teacher: optional (PG-OPD
 class Params(TrainConfig):
     # ``backend`` was in the dump (default "embedded") since VERSION 1, so widening its type
     # keeps every key; the verl-only fields below are new: left out of the dump at default.
-    ADDED_FIELDS = ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
-                    "max_prompt_length", "verl_overrides", "gpu_memory_gib")
+    ADDED_FIELDS = TrainConfig.ADDED_FIELDS + ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
+                                               "max_prompt_length", "verl_overrides", "gpu_memory_gib")
     backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
     # verl backend only: resources and raw verl overrides (Hydra ``key=value``, applied last)

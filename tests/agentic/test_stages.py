@@ -27,7 +27,7 @@ stages:
   pretrain: {task: agentic, policy: {layers: 1, hidden: 32, heads: 2, kv_heads: 2, ffn: 64, max_positions: 128}}
   filter_hard: {task: agentic, k: 2, c: 1}
   seed_prefixes: {task: agentic}
-  train: {task: agentic, steps: 2, batch_seeds: 2, val_seeds: 2, val_every: 1, ckpt_every: 1}
+  train: {task: agentic, steps: 2, batch_prompts: 2, val_size: 2, val_every: 1, ckpt_every: 1}
   evaluate: {task: agentic, episodes_per_seed: 2}
   tokens: {}
   tables: {paper: vsr_agentic}

@@ -14,18 +14,19 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.stages.base import StageContext
+from components.trainer.train_config import TrainConfig
 
 NAME = "train"
 VERSION = 1
 INPUTS = ("model", "hard", "prefixes")
 
 
-class Params(EpisodeTrainConfig):
+class Params(TrainConfig):
     # verl-only fields added later: left out of the dump (and the cache key) at their default
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("layout", "max_episode_tokens", "n_gpus_per_node", "nnodes",
                                                "rollout_tp", "gpu_memory_utilization")
+    task: Literal["agentic"] = "agentic"
     backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
     max_prompt_length: int = Field(512, ge=1, description="longest prompt (tokens) a turn may have")
@@ -46,8 +47,10 @@ def run(params: Params, ctx: StageContext) -> dict:
 
         return train_agentic_with_verl(params, ctx)
     from components.agentic.stages.common import env_factory, read_env
-    from components.agentic.trainer import EpisodeTrainer
     from components.stages.common import load_model, read_json, set_threads
+    from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.task import task_for
+    from components.trainer.train_config import train_config_of
 
     set_threads(params.threads)
     model, tok = load_model(ctx.input("model"))
@@ -55,8 +58,9 @@ def run(params: Params, ctx: StageContext) -> dict:
     kept = read_json(ctx.input("hard") / "train.json")
     heldout = [r["seed"] for r in read_json(ctx.input("hard") / "heldout.json")]
     traces = read_json(ctx.input("prefixes") / "traces.json")
-    cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
-    trainer = EpisodeTrainer(cfg, model, tok, make, ctx.tracker, max_prompt_length=params.max_prompt_length)
+    cfg = train_config_of(params)
+    trainer = EmbeddedTrainer(cfg, model, tok, task_for(cfg, make_env=make, max_prompt_length=params.max_prompt_length),
+                              ctx.tracker)
     summary = trainer.fit([r["seed"] for r in kept], heldout,
                           {"p0": {r["seed"]: r["base_pass_rate"] for r in kept if r["base_pass_rate"] is not None},
                            "expert_traces": traces},

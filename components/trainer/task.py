@@ -1,0 +1,137 @@
+"""The task plug-in: what differs between math and episodes, and nothing else.
+
+The fit loop (``components.trainer.loop``), the trainers, the methods and the stages are
+written once; a :class:`Task` supplies
+
+* the items: problems, or map seeds of an environment (``training_set`` / ``validation_set``);
+* the rollout context a method works through (``context``): how a start state is encoded (a
+  prompt, a prompt with a replayed token prefix, a map seed with a replayed turn prefix:
+  ``prompt_items`` / ``replay_item``), how a group is rolled out from it and graded
+  (``sample_groups``: a reward per sample, success for an episode);
+* the rows that enter the loss and their advantages (``loss_rows``: a math group is its own
+  rows, advantages from the outcome estimator; an episode gives one row per generated turn,
+  advantages from GiGPO);
+* the step's metrics, the validation metric and the summary fields.
+
+The two tasks are :class:`MathTask` (here) and ``components.agentic.task.EpisodeTask``;
+``task_for(cfg, ...)`` picks by ``TrainConfig.task``. A hook takes the loop, for the
+backend's parts (its engine, its ``rollout_ctx`` / ``play``, its meter and config).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from components.methods.base import Group, GradeFn, RolloutContext
+
+# validation samples are drawn with this offset on the run's seed, the same at every step
+VALIDATION_SEED = 7_919
+
+
+class Task:
+    name: ClassVar[str]
+
+    def training_set(self, loop, items: Sequence[Any], resources: dict[str, Any]) -> list:
+        """Set the method up; the items the step batches are drawn from."""
+        loop.method.setup(items, resources)
+        train_set = loop.method.training_problems(items)
+        if not train_set:
+            raise ValueError(f"{loop.cfg.method}: no training items ({self.name})")
+        return train_set
+
+    def validation_set(self, loop, items: Sequence[Any]) -> list:
+        return list(items)[: loop.cfg.val_size]
+
+    def context(self, loop, step: int, seed: int):
+        """What a method rolls out through at ``step``: encodes start states, samples and grades groups."""
+        raise NotImplementedError
+
+    def loss_rows(self, groups: list, cfg) -> tuple[list[Group], list[float] | None]:
+        """The rows of the loss and their advantages (None: the config's outcome estimator's)."""
+        raise NotImplementedError
+
+    def validation_metrics(self, loop, items: list, step: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def step_metrics(self, groups: list, before: dict, after: dict) -> dict[str, float]:
+        raise NotImplementedError
+
+    def summary(self, loop, tokens: dict[str, int]) -> dict[str, Any]:
+        """The task's fields of the run's summary (over the loop's shared ones); ``tokens``
+        is the loop's ``training_tokens``."""
+        return {}
+
+
+class MathTask(Task):
+    """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
+    generates. ``grade`` may be None where the backend grades (verl's reward workers)."""
+    name = "math"
+
+    def __init__(self, grade: GradeFn | None = None):
+        self.grade = grade
+
+    def context(self, loop, step: int, seed: int) -> RolloutContext:
+        return loop.rollout_ctx(step, seed)
+
+    def loss_rows(self, groups: list[Group], cfg) -> tuple[list[Group], None]:
+        return groups, None
+
+    def validation_metrics(self, loop, items: list, step: int) -> dict[str, float]:
+        """Mean reward and the share of responses cut at the budget, of ``val_samples``
+        samples per held-out prompt drawn with the same seeds at every step."""
+        if not items:
+            return {"val/accuracy": float("nan"), "val/clip_ratio": float("nan")}
+        ctx = loop.rollout_ctx(0, VALIDATION_SEED + loop.cfg.seed)
+        with loop.meter.tagged(step=step):
+            groups = ctx.sample_groups(ctx.prompt_items(items), loop.cfg.val_samples, purpose="validation")
+        clip = float(np.mean([f == "length" for g in groups for f in g.finish_reasons]))
+        return {"val/accuracy": float(np.mean([r for g in groups for r in g.rewards])), "val/clip_ratio": clip}
+
+    def step_metrics(self, groups: list[Group], before: dict, after: dict) -> dict[str, float]:
+        rl = [g for g in groups if not g.supervised]
+        rewards = [r for g in rl for r in g.rewards]
+        fresh = [r for g in rl if not g.is_replay for r in g.rewards]
+        replay = [r for g in rl if g.is_replay for r in g.rewards]
+        lens = [len(x) for g in groups for x in g.responses]
+        finish = [f for g in rl for f in g.finish_reasons]
+        nan = float("nan")
+        return {
+            "reward/mean": float(np.mean(rewards)) if rewards else nan,
+            "reward/fresh_mean": float(np.mean(fresh)) if fresh else nan,
+            "reward/replay_mean": float(np.mean(replay)) if replay else nan,
+            "groups/mixed_frac": float(np.mean([g.mixed for g in rl])) if rl else nan,
+            "groups/replay_frac": float(np.mean([g.is_replay for g in rl])) if rl else 0.0,
+            "response/length_mean": float(np.mean(lens)) if lens else 0.0,
+            # share of sampled responses cut off by the response budget (verl's name)
+            "response_length/clip_ratio": float(np.mean([f == "length" for f in finish])) if finish else nan,
+            **token_deltas(before, after),
+            "rollouts": float(after["sequences"] - before["sequences"]),
+        }
+
+    def summary(self, loop, tokens: dict[str, int]) -> dict[str, Any]:
+        clip = [h["response_length/clip_ratio"] for h in loop.history if "response_length/clip_ratio" in h]
+        return {"rollouts": tokens["sequences"], "clip_ratio": float(np.mean(clip)) if clip else None}
+
+
+def token_deltas(before: dict, after: dict) -> dict[str, float]:
+    """The step's token counts from the meter's totals before and after it."""
+    return {"tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
+            "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
+            "tokens/discarded": float(after["discarded_tokens"] - before["discarded_tokens"]),
+            "tokens/generated_cum": float(after["generated_tokens"])}
+
+
+def task_for(cfg, grade: GradeFn | None = None, make_env=None, max_prompt_length: int | None = None) -> Task:
+    """The task ``cfg.task`` names: math with ``grade``, or episodes of ``make_env()``."""
+    if cfg.task == "math":
+        if make_env is not None:
+            raise ValueError("task math: an environment was given (set task: agentic)")
+        return MathTask(grade)
+    if cfg.task == "agentic":
+        from components.agentic.task import EpisodeTask
+
+        if make_env is None:
+            raise ValueError("task agentic: no environment (make_env) given")
+        return EpisodeTask(make_env, max_prompt_length)
+    raise ValueError(f"unknown task {cfg.task!r} (math | agentic)")

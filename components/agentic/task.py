@@ -59,6 +59,18 @@ class EpisodeTask(Task):
                                 encode=prompt_encoder(loop.tok, c.prompt_template),
                                 max_prompt_len=self.max_prompt_length)
 
+    @classmethod
+    def from_stage(cls, params, ctx, tokenizer) -> tuple["EpisodeTask", list[int], list[int], dict[str, Any]]:
+        from components.agentic.stages.common import env_factory, read_env
+        from components.stages.common import read_json
+
+        kept = read_json(ctx.input("hard") / "train.json")
+        heldout = [r["seed"] for r in read_json(ctx.input("hard") / "heldout.json")]
+        resources = {"p0": {r["seed"]: r["base_pass_rate"] for r in kept if r["base_pass_rate"] is not None},
+                     "expert_traces": read_json(ctx.input("prefixes") / "traces.json")}
+        task = cls(env_factory(read_env(ctx.input("hard"))), params.max_prompt_length)
+        return task, [r["seed"] for r in kept], heldout, resources
+
     def context(self, loop, step: int, seed: int) -> EpisodeContext:
         return EpisodeContext(loop.play, seed * 1_000_003 + 101 * step, step)
 

@@ -13,8 +13,9 @@ written once; a :class:`Task` supplies
   advantages from GiGPO);
 * the step's metrics, the validation metric and the summary fields.
 
-The two tasks are :class:`MathTask` (here) and ``components.agentic.task.EpisodeTask``;
-``task_for(cfg, ...)`` picks by ``TrainConfig.task``. A hook takes the loop, for the
+The two tasks are :class:`MathTask` (here) and ``components.agentic.task.EpisodeTask``
+(``TASKS``; ``TrainConfig.task`` names one); ``from_stage`` reads a task's items from the
+``train`` stage's inputs. A hook takes the loop, for the
 backend's parts (its engine, its ``rollout_ctx`` / ``play``, its meter and config).
 """
 from __future__ import annotations
@@ -62,6 +63,16 @@ class Task:
         is the loop's ``training_tokens``."""
         return {}
 
+    # ------------------------------------------------------------------ the train stage's part
+    @classmethod
+    def from_stage(cls, params, ctx, tokenizer) -> tuple["Task", list, list, dict[str, Any]]:
+        """The task, training items, held-out items and method resources from the ``train``
+        stage's inputs (``hard``, ``prefixes``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the task holds (the grader's worker processes)."""
+
 
 class MathTask(Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
@@ -73,6 +84,24 @@ class MathTask(Task):
 
     def context(self, loop, step: int, seed: int) -> RolloutContext:
         return loop.rollout_ctx(step, seed)
+
+    @classmethod
+    def from_stage(cls, params, ctx, tokenizer) -> tuple["MathTask", list, list, dict[str, Any]]:
+        from components.data.schema import read_problems
+        from components.stages.common import grade_fn, read_json
+
+        problems = read_problems(ctx.input("hard") / "train.jsonl")
+        val = read_problems(ctx.input("hard") / "heldout.jsonl")
+        check_prompt_budget(problems, tokenizer, params)
+        resources = {"expert_traces": read_json(ctx.input("prefixes") / "traces.json"),
+                     "p0": {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}}
+        if "teacher" in ctx.inputs:          # a distilling method's teacher model (PG-OPD)
+            resources["teacher"] = ctx.input("teacher")
+        return cls(grade_fn(params.grading_timeout_s)), problems, val, resources
+
+    def close(self) -> None:
+        if self.grade is not None and hasattr(self.grade, "grader"):
+            self.grade.grader.close()
 
     def loss_rows(self, groups: list[Group], cfg) -> tuple[list[Group], None]:
         return groups, None
@@ -122,16 +151,25 @@ def token_deltas(before: dict, after: dict) -> dict[str, float]:
             "tokens/generated_cum": float(after["generated_tokens"])}
 
 
-def task_for(cfg, grade: GradeFn | None = None, make_env=None, max_prompt_length: int | None = None) -> Task:
-    """The task ``cfg.task`` names: math with ``grade``, or episodes of ``make_env()``."""
-    if cfg.task == "math":
-        if make_env is not None:
-            raise ValueError("task math: an environment was given (set task: agentic)")
-        return MathTask(grade)
-    if cfg.task == "agentic":
-        from components.agentic.task import EpisodeTask
+def check_prompt_budget(problems, tok, params) -> None:
+    """The sweep's prompt budget (``max_prompt_length``) holds for every training prompt."""
+    from components.data.prompting import encode_prompt
 
-        if make_env is None:
-            raise ValueError("task agentic: no environment (make_env) given")
-        return EpisodeTask(make_env, max_prompt_length)
-    raise ValueError(f"unknown task {cfg.task!r} (math | agentic)")
+    for p in problems:
+        n = len(encode_prompt(p, tok, params.prompt_template))
+        if n > params.max_prompt_length:
+            raise ValueError(f"train: prompt {p.uid} has {n} tokens, above max_prompt_length "
+                             f"{params.max_prompt_length} (the sweep's max_prompt_tokens)")
+
+
+# name -> "module:Class": the tasks a config's ``task`` may name (imported when used)
+TASKS = {"math": "components.trainer.task:MathTask", "agentic": "components.agentic.task:EpisodeTask"}
+
+
+def task_class(name: str) -> type[Task]:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
+    import importlib
+
+    mod, _, attr = TASKS[name].partition(":")
+    return getattr(importlib.import_module(mod), attr)

@@ -6,7 +6,7 @@ fields). Light: no torch.
 takes the task's default: the math defaults below, or, on ``agentic``, ``TASK_DEFAULTS`` --
 verl-agent's GiGPO Sokoban settings where they apply (``docs/methods.md`` §11: gamma 0.95,
 step weight 1, ``mean_norm``), the embedded regime's learning rate, batch and update count
-(a 0.8M-parameter policy on 2 CPU cores). A field of one task only (``ONLY``) set on the
+(a 0.8M-parameter policy on 2 CPU cores). A field of one task only (``TrainConfig.ONLY``) set on the
 other is refused by name.
 """
 from __future__ import annotations
@@ -26,9 +26,6 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # advantage estimators (``components.algos.advantages``) per task: outcome or episode ones
 ESTIMATORS = {"math": ("grpo", "drgrpo", "rloo"), "agentic": ("gigpo", "episode")}
-# fields that mean something on one task only
-ONLY = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
-        "gigpo_mode": "agentic", "episode_stats": "agentic"}
 # old spellings of a field: refused with the name to use
 RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
 
@@ -38,6 +35,9 @@ class TrainConfig(StageParams):
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats")
+    # fields that mean something on one task only: set on the other, refused
+    ONLY: ClassVar[dict[str, str]] = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic",
+                                      "step_weight": "agentic", "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
     task: Literal["math", "agentic"] = "math"
     method: str = "grpo"
@@ -86,7 +86,7 @@ class TrainConfig(StageParams):
         task = data.get("task", cls.model_fields["task"].default)
         if task not in TASK_DEFAULTS:
             return data          # the Literal names the tasks
-        for k, v in ONLY.items():
+        for k, v in cls.ONLY.items():
             if k in data and v != task and data[k] != cls.model_fields[k].default:
                 raise FieldError(k, f"applies to task {v} only (this run's task is {task})")
         return {**TASK_DEFAULTS[task], **data}

@@ -40,14 +40,25 @@ retries: 0
 
 
 def test_task_switch_selects_the_agentic_stage_modules():
-    from components.agentic.stages import train as agentic_train
+    from components.stages import train
 
     p = lineage.check_params("train", {"task": "agentic", "method": "vsr", "method_config": {"rho": 0.25}})
-    assert isinstance(p, agentic_train.Params) and p.adv_estimator == "gigpo"
+    assert isinstance(p, train.Params) and p.adv_estimator == "gigpo" and p.batch_prompts == 4
+    assert lineage.stage_module_path("train", {"task": "agentic"}) == "components.stages.train"
     assert lineage.stage_module_path("evaluate", {"task": "agentic"}) == "components.agentic.stages.evaluate"
     assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):
+        lineage.check_params("evaluate", {"task": "chess"})
+    with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess' \(known: math, agentic\)"):
         lineage.check_params("train", {"task": "chess"})
+    with pytest.raises(lineage.StageError, match=r"params\.batch_seeds: renamed: use batch_prompts"):
+        lineage.check_params("train", {"task": "agentic", "batch_seeds": 4})
+    with pytest.raises(lineage.StageError, match=r"params\.gamma: applies to task agentic only"):
+        lineage.check_params("train", {"gamma": 0.9})
+    with pytest.raises(lineage.StageError, match=r"params\.layout: applies to task agentic only"):
+        lineage.check_params("train", {"layout": "serialized"})
+    with pytest.raises(lineage.StageError, match=r"params\.adv_estimator: 'rloo' does not apply to task agentic"):
+        lineage.check_params("train", {"task": "agentic", "adv_estimator": "rloo"})
     with pytest.raises(lineage.StageError, match="method .sft. does not apply to task agentic"):
         lineage.check_params("train", {"task": "agentic", "method": "sft"})
     with pytest.raises(lineage.StageError, match=r"method_config\.rho"):

@@ -277,13 +277,13 @@ def test_stage_config_composes_for_both_layouts(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.agentic.stages.train import Params
     from components.agentic.verl_trainer import AGENT_LOOPS_YAML, build_config
+    from components.stages.train import Params
 
-    embedded = Params()
+    embedded = Params(task="agentic")
     assert "layout" not in embedded.model_dump() and "n_gpus_per_node" not in embedded.model_dump()
     for layout, R in (("turns", 8), ("serialized", 300)):
-        p = Params(backend="verl", layout=layout, max_episode_tokens=300, method="vsr",
+        p = Params(task="agentic", backend="verl", layout=layout, max_episode_tokens=300, method="vsr",
                    method_config={"n": 4, "rho": 0.5}, batch_prompts=2, micro_batch=4, max_prompt_length=160)
         cfg, config = build_config(p, tmp_path, tmp_path / "work", "s")
         validate_config(config=config, use_reference_policy=need_reference_policy(config),

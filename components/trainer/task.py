@@ -73,6 +73,13 @@ class Task:
     def close(self) -> None:
         """Release what the task holds (the grader's worker processes)."""
 
+    # ------------------------------------------------------------------ the pretrain stage's part
+    @staticmethod
+    def pretrain(params, ctx) -> dict:
+        """Train the tiny base policy from scratch into ``ctx.out_dir / "model"`` and write
+        ``base_rates.json``; the stage's summary."""
+        raise NotImplementedError
+
 
 class MathTask(Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
@@ -102,6 +109,50 @@ class MathTask(Task):
     def close(self) -> None:
         if self.grade is not None and hasattr(self.grade, "grader"):
             self.grade.grader.close()
+
+    @staticmethod
+    def pretrain(params, ctx) -> dict:
+        """On the expert traces of the easy problems; then the base pass rate per level at
+        temperature 1 on prepare_data's probe set (never trained on)."""
+        from components.data.schema import read_problems
+        from components.engine.base import Request, SamplingParams, TokenMeter
+        from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+        from components.policy.pretraining import pretrain_policy
+        from components.policy.tokenizer import build_tokenizer
+        from components.stages.common import grade_fn, make_engine, write_json
+
+        problems = read_problems(ctx.input("data") / "pretrain.jsonl")
+        tok = build_tokenizer()
+        model = build_policy(TinyPolicyConfig(**params.policy.model_dump()), tok, seed=params.seed)
+        info = pretrain_policy(model, tok, problems, steps=params.steps, batch_size=params.batch_size,
+                               lr=params.lr, warmup=params.warmup, seed=params.seed,
+                               log_fn=lambda s, m: ctx.tracker.log_metrics({f"pretrain/{k}": v for k, v in m.items()},
+                                                                           s))
+        save_policy(model, tok, ctx.out_dir / "model")
+        rates, clipped, sampled = {}, 0, 0
+        probe_file = ctx.input("data") / "probe.jsonl"
+        probes = read_problems(probe_file) if probe_file.is_file() else []
+        if probes:
+            meter = TokenMeter(stage="pretrain")
+            engine, grade = make_engine(model, tok, meter), grade_fn()
+            for lv in sorted({p.level for p in probes}):
+                probe = [p for p in probes if p.level == lv]
+                reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=4) for p in probe]
+                outs = engine.generate(reqs, SamplingParams(1.0, 1.0, params.max_new_tokens, seed=params.seed),
+                                       purpose="probe")
+                scores = grade([c.text for o in outs for c in o], [p.answer for p, o in zip(probe, outs) for _ in o])
+                rates[str(lv)] = float(np.mean([s for s, _ in scores]))
+                clipped += sum(c.finish_reason == "length" for o in outs for c in o)
+                sampled += sum(len(o) for o in outs)
+            grade.grader.close()
+            ctx.tracker.log_metrics({f"base_pass_rate/level_{k}": v for k, v in rates.items()})
+        # share of probe responses cut off by the response budget (verl: response_length/clip_ratio)
+        clip = clipped / sampled if sampled else None
+        if clip is not None:
+            ctx.tracker.log_metrics({"probe/clip_ratio": clip})
+        write_json(ctx.out_dir / "base_rates.json", rates)
+        return {**{k: v for k, v in info.items() if isinstance(v, (int, float))}, "base_pass_rate": rates,
+                "probe_clip_ratio": clip}
 
     def loss_rows(self, groups: list[Group], cfg) -> tuple[list[Group], None]:
         return groups, None

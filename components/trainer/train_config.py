@@ -3,11 +3,11 @@ fields). Light: no torch.
 
 ``task`` picks the task (``components.trainer.task``): ``math`` (prompts, a grader) or
 ``agentic`` (map seeds of an environment, multi-turn episodes). A field the sweep leaves out
-takes the task's default: the math defaults below, or, on ``agentic``, ``TASK_DEFAULTS`` --
+takes the task's default: the math defaults below, or, on ``agentic``, ``TASK_DEFAULTS``:
 verl-agent's GiGPO Sokoban settings where they apply (``docs/methods.md`` §11: gamma 0.95,
 step weight 1, ``mean_norm``), the embedded regime's learning rate, batch and update count
-(a 0.8M-parameter policy on 2 CPU cores). A field of one task only (``TrainConfig.ONLY``) set on the
-other is refused by name.
+(a 0.8M-parameter policy on 2 CPU cores). A field of one task only (``ONLY``) set on the
+other is refused by name (``components.stages.base.TaskParams``).
 """
 from __future__ import annotations
 
@@ -17,29 +17,25 @@ from pydantic import Field, ValidationError, model_validator
 
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, validation_problem
-from components.stages.base import StageParams
+from components.stages.base import StageParams, TaskParams
 
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "math": {},
-    "agentic": {"steps": 20, "batch_prompts": 4, "lr": 1e-4, "max_new_tokens": 8, "adv_estimator": "gigpo",
-                "loss_agg_mode": "token-mean", "val_size": 32},
-}
 # advantage estimators (``components.algos.advantages``) per task: outcome or episode ones
 ESTIMATORS = {"math": ("grpo", "drgrpo", "rloo"), "agentic": ("gigpo", "episode")}
-# old spellings of a field: refused with the name to use
-RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
 
 
-class TrainConfig(StageParams):
+class TrainConfig(TaskParams):
     """Everything one training run needs (also the ``train`` stage's params)."""
+
+    TASK_DEFAULTS = {"agentic": {"steps": 20, "batch_prompts": 4, "lr": 1e-4, "max_new_tokens": 8,
+                                 "adv_estimator": "gigpo", "loss_agg_mode": "token-mean", "val_size": 32}}
+    RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats")
     # fields that mean something on one task only: set on the other, refused
-    ONLY: ClassVar[dict[str, str]] = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic",
-                                      "step_weight": "agentic", "gigpo_mode": "agentic", "episode_stats": "agentic"}
+    ONLY = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
+            "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
-    task: Literal["math", "agentic"] = "math"
     method: str = "grpo"
     method_config: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
@@ -74,22 +70,6 @@ class TrainConfig(StageParams):
     step_weight: float = 1.0
     gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
     episode_stats: Literal["steps", "episodes"] = "steps"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _task_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        for old, new in RENAMED.items():
-            if old in data:
-                raise FieldError(old, f"renamed: use {new}")
-        task = data.get("task", cls.model_fields["task"].default)
-        if task not in TASK_DEFAULTS:
-            return data          # the Literal names the tasks
-        for k, v in cls.ONLY.items():
-            if k in data and v != task and data[k] != cls.model_fields[k].default:
-                raise FieldError(k, f"applies to task {v} only (this run's task is {task})")
-        return {**TASK_DEFAULTS[task], **data}
 
     @model_validator(mode="after")
     def _method_known(self):

@@ -45,6 +45,11 @@ def test_task_switch_selects_the_agentic_stage_modules():
     p = lineage.check_params("train", {"task": "agentic", "method": "vsr", "method_config": {"rho": 0.25}})
     assert isinstance(p, train.Params) and p.adv_estimator == "gigpo" and p.batch_prompts == 4
     assert lineage.stage_module_path("train", {"task": "agentic"}) == "components.stages.train"
+    bc = lineage.check_params("pretrain", {"task": "agentic"})       # the agent's defaults, one module
+    assert (bc.policy.hidden, bc.batch_size, bc.max_new_tokens, bc.noise) == (64, 64, 8, 0.1)
+    assert "noise" not in lineage.check_params("pretrain", {}).model_dump()   # math's cache key as before
+    with pytest.raises(lineage.StageError, match=r"params\.noise: applies to task agentic only"):
+        lineage.check_params("pretrain", {"noise": 0.3})
     assert lineage.stage_module_path("evaluate", {"task": "agentic"}) == "components.agentic.stages.evaluate"
     assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):

@@ -72,6 +72,28 @@ class EpisodeTask(Task):
         return task, [r["seed"] for r in kept], heldout, resources
 
     @staticmethod
+    def seed_prefixes(params, ctx) -> dict:
+        """No expert trajectories unless ``expert_episodes``: then the environment expert's
+        solved episode (action texts) per kept map seed."""
+        from components.agentic.bc import expert_action
+        from components.agentic.stages.common import env_factory, read_env
+        from components.stages.common import read_json, write_json
+
+        traces = {}
+        if params.expert_episodes:
+            make = env_factory(read_env(ctx.input("hard")))
+            for row in read_json(ctx.input("hard") / "train.json"):
+                env, actions, done, info = make(), [], False, {"won": False}
+                env.reset(row["seed"])
+                while not done and (a := expert_action(env)) is not None:
+                    actions.append(a)
+                    _, _, done, info = env.step(a)
+                if info["won"]:
+                    traces[str(row["seed"])] = actions
+        write_json(ctx.out_dir / "traces.json", traces)
+        return {"expert_episodes": len(traces)}
+
+    @staticmethod
     def pretrain(params, ctx) -> dict:
         """Behaviour cloning of a noisy expert on the ``pretrain`` map seeds; then the base
         success rate on the first ``probe_seeds`` train-pool seeds (one episode each, temperature 1)."""

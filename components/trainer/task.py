@@ -80,6 +80,11 @@ class Task:
         ``base_rates.json``; the stage's summary."""
         raise NotImplementedError
 
+    @staticmethod
+    def seed_prefixes(params, ctx) -> dict:
+        """The expert traces of the training items into ``traces.json``; the stage's summary."""
+        raise NotImplementedError
+
 
 class MathTask(Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
@@ -109,6 +114,51 @@ class MathTask(Task):
     def close(self) -> None:
         if self.grade is not None and hasattr(self.grade, "grader"):
             self.grade.grader.close()
+
+    @staticmethod
+    def seed_prefixes(params, ctx) -> dict:
+        """One verified expert trace per hard prompt: ``sft.jsonl``, ``traces.json`` and the
+        expert prefix states at ``cut_fractions`` (``prefix_pool.jsonl``)."""
+        import json
+        from dataclasses import replace
+
+        from components.data.schema import read_problems, write_problems
+        from components.stages.common import grade_fn, write_json
+
+        hard = read_problems(ctx.input("hard") / "train.jsonl")
+        grade = grade_fn(params.grading_timeout_s)
+        try:
+            cands = [(p, t) for p in hard for t in p.traces]
+            scores = grade([t for _, t in cands], [p.answer for p, _ in cands]) if cands else []
+        finally:
+            grade.grader.close()
+        chosen: dict[str, list[str]] = {}
+        rejected = 0
+        for (p, t), (s, _) in zip(cands, scores):
+            if s > 0.5 and len(chosen.setdefault(p.uid, [])) < params.traces_per_prompt:
+                chosen[p.uid].append(t)
+            elif s <= 0.5:
+                rejected += 1
+        sft = [replace(p, traces=tuple(chosen[p.uid])) for p in hard if chosen.get(p.uid)]
+        write_problems(ctx.out_dir / "sft.jsonl", sft)
+        write_json(ctx.out_dir / "traces.json", {p.uid: p.traces[0] for p in sft})
+        with open(ctx.out_dir / "prefix_pool.jsonl", "w") as f:
+            for p in sft:
+                trace = p.traces[0]
+                for frac in params.cut_fractions:
+                    cut = int(round(frac * len(trace)))
+                    f.write(json.dumps({"uid": p.uid, "alpha": frac, "prefix": trace[:cut]}) + "\n")
+        # trace lengths, to check against the sweep's response budget (for the character tokenizer
+        # of the embedded demo a character is a token; the policy also samples an EOS)
+        lengths = sorted(len(p.traces[0]) for p in sft)
+        summary = {"hard_prompts": len(hard), "seeded_prompts": len(sft), "rejected_traces": rejected,
+                   "no_trace": len(hard) - len(sft),
+                   "trace_chars_median": lengths[len(lengths) // 2] if lengths else 0,
+                   "trace_chars_max": lengths[-1] if lengths else 0}
+        ctx.tracker.log_metrics({k: float(v) for k, v in summary.items()})
+        if not sft:
+            raise ValueError(f"seed_prefixes: none of the {len(hard)} hard prompts has a verified expert trace")
+        return summary
 
     @staticmethod
     def pretrain(params, ctx) -> dict:

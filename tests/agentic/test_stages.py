@@ -50,6 +50,10 @@ def test_task_switch_selects_the_agentic_stage_modules():
     assert "noise" not in lineage.check_params("pretrain", {}).model_dump()   # math's cache key as before
     with pytest.raises(lineage.StageError, match=r"params\.noise: applies to task agentic only"):
         lineage.check_params("pretrain", {"noise": 0.3})
+    assert lineage.stage_module_path("seed_prefixes", {"task": "agentic"}) == "components.stages.seed_prefixes"
+    assert "task" not in lineage.check_params("seed_prefixes", {}).model_dump()
+    with pytest.raises(lineage.StageError, match=r"params\.cut_fractions: applies to task math only"):
+        lineage.check_params("seed_prefixes", {"task": "agentic", "cut_fractions": [0.5]})
     assert lineage.stage_module_path("evaluate", {"task": "agentic"}) == "components.agentic.stages.evaluate"
     assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):

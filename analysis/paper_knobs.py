@@ -39,9 +39,9 @@ TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "warmup_steps", "weigh
                "temperature", "top_p", "max_new_tokens", "max_prompt_length", "prompt_template",
                "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_epochs", "micro_batch",
                "ckpt_every", "val_every", "val_size", "val_samples", "n_gpus_per_node", "gpu_memory_utilization")
-AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_seeds", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
+AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
                        "max_prompt_length", "prompt_template", "adv_estimator", "gamma", "step_weight", "gigpo_mode",
-                       "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_seeds", "layout",
+                       "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_size", "layout",
                        "max_episode_tokens", "n_gpus_per_node", "gpu_memory_utilization")
 
 _TRAIN = "components.stages.train:Params"

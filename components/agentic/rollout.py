@@ -103,6 +103,10 @@ class EpisodeGroup:
         return bool(self.start.prefix)
 
     @property
+    def supervised(self) -> bool:
+        return False          # episodes have no supervised (SFT) groups
+
+    @property
     def prefix_len(self) -> int:
         return len(self.start.prefix)
 

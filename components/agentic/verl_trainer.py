@@ -1,6 +1,6 @@
 """The agentic ``train`` stage on verl (``task: agentic``, ``backend: verl``).
 
-The same update as the embedded episodic trainer (``components.agentic.trainer``), with verl's
+The same update as the embedded trainer on episodes (``components.agentic.task``), with verl's
 parts: the episodic method picks start states (map seeds, VSR's replayed turn prefixes); verl's
 agent-loop workers play the episodes (``verl_loop.EpisodeAgentLoop``: the environment steps in
 the worker, each turn a request to the vLLM servers); GiGPO gives every generated turn its
@@ -10,7 +10,7 @@ layout they are each row's prompt, in ``serialized`` their ``response_mask`` is 
 (``verl_episodes``).
 
 The loop is the one fit loop (``components.trainer.loop.FitLoop``) with the episode hooks of
-``components.agentic.trainer.EpisodeLoop``, as the embedded episodic trainer runs it; this
+``components.agentic.task.EpisodeLoop``, as the embedded episodic trainer runs it; this
 class supplies the verl parts. verl plumbing shared with the math verl trainer is borrowed
 from it function by function (``RLVRPPOTrainer``: the actor update call, checkpoints with the
 loop state beside verl's, the HF export), so both backends checkpoint, resume and write their
@@ -30,15 +30,15 @@ import torch
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.agentic.rollout import EpisodeGroup, EpisodeRun, Start, episode_runs, to_gigpo_episodes
-from components.agentic.trainer import EpisodeLoop, turn_rows
+from components.agentic.task import EpisodeLoop, turn_rows
 from components.agentic.verl_episodes import (AGENT_LOOP_NAME, episode_requests, runs_from_output,
                                               serialized_training_rows,
                                               turn_training_rows)
 from components.algos.advantages import adv_estimator
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.registry import build
+from components.trainer.train_config import TrainConfig
 from components.trainer.verl.trainer import RLVRPPOTrainer, _collate, _Indices, update_actor_on_rows
 
 AGENT_LOOPS_YAML = Path(__file__).with_name("verl_agent_loops.yaml")
@@ -57,8 +57,8 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
     save_outputs = RLVRPPOTrainer.save_outputs
 
     def __init__(self, config, tokenizer, role_worker_mapping, resource_pool_manager, ray_worker_group_cls, *,
-                 train_cfg: EpisodeTrainConfig, env_spec: dict, layout: str, max_prompt_length: int, n_train: int):
-        ds = _Indices(max(n_train, train_cfg.batch_seeds))
+                 train_cfg: TrainConfig, env_spec: dict, layout: str, max_prompt_length: int, n_train: int):
+        ds = _Indices(max(n_train, train_cfg.batch_prompts))
         super().__init__(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
                          resource_pool_manager=resource_pool_manager, ray_worker_group_cls=ray_worker_group_cls,
                          train_dataset=ds, val_dataset=_Indices(1), collate_fn=_collate,
@@ -163,22 +163,22 @@ class EpisodePPOTrainer(EpisodeLoop, RayPPOTrainer):
 
 
 # ---------------------------------------------------------------------- one run (the stage's backend)
-def verl_fields(c: EpisodeTrainConfig, response_length: int) -> SimpleNamespace:
+def verl_fields(c: TrainConfig, response_length: int) -> SimpleNamespace:
     """What ``components.trainer.verl.hydra_config.overrides`` reads from a train config, for an
     episodic run: one optimizer step per update (``ppo_epochs`` 1, the whole batch one
     mini-batch), so the PPO ratio is 1 and clipping never binds, as in the embedded trainer.
     ``adv_estimator`` only satisfies verl's config: this trainer computes GiGPO itself."""
     return SimpleNamespace(
-        adv_estimator="grpo", batch_prompts=c.batch_seeds, max_new_tokens=response_length, seed=c.seed,
+        adv_estimator="grpo", batch_prompts=c.batch_prompts, max_new_tokens=response_length, seed=c.seed,
         micro_batch=c.micro_batch, ppo_epochs=1, lr=c.lr, weight_decay=0.0, warmup_steps=0, grad_clip=c.grad_clip,
         loss_agg_mode=c.loss_agg_mode, clip_low=0.2, clip_high=0.2, kl_coef=0.0, temperature=c.temperature,
-        top_p=c.top_p, steps=c.steps, ckpt_every=c.ckpt_every, val_every=c.val_every, val_size=c.val_seeds)
+        top_p=c.top_p, steps=c.steps, ckpt_every=c.ckpt_every, val_every=c.val_every, val_size=c.val_size)
 
 
 def build_config(params, model_dir: Path, work_dir: Path, sweep: str):
     from components.trainer.verl.hydra_config import stage_config
 
-    cfg = EpisodeTrainConfig(**params.model_dump(include=set(EpisodeTrainConfig.model_fields)))
+    cfg = TrainConfig(**params.model_dump(include=set(TrainConfig.model_fields)))
     response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
     agentic = (f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS_YAML}")

@@ -214,6 +214,12 @@ class Method:
 Stateless = Method
 
 
+def item_uid(item: Problem | int) -> str:
+    """A training item's key in a method's state, the same on every task: a problem's uid, a
+    map seed as text (JSON keys are text, so a resumed run's state finds the same keys)."""
+    return item.uid if isinstance(item, Problem) else str(item)
+
+
 def advantage_terms(method: Method, groups: Sequence[Group]) -> tuple[list[float], list[float]]:
     """Per sample of ``groups`` in order: the method's exact advantage (NaN: use the
     trainer's estimator) and its group's advantage weight. What both backends apply."""

@@ -60,7 +60,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.methods.base import Group, MethodConfig, RolloutContext, Method
+from components.methods.base import Group, Method, MethodConfig, RolloutContext, item_uid
 from components.methods.posterior import BetaCounts, expected_bernoulli_variance
 
 
@@ -193,7 +193,7 @@ class CERO(Method):
         return ns
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
-        ns = self.plan([p.uid for p in batch])
+        ns = self.plan([item_uid(p) for p in batch])
         groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, n in zip(groups, ns):
             g.meta["cero_n"] = n
@@ -203,7 +203,7 @@ class CERO(Method):
         c = self.config
         for g in groups:
             if not g.is_replay and not g.supervised and g.rewards:
-                self.post.add_rewards(g.problem_uid, g.rewards)
+                self.post.add_rewards(str(g.problem_uid), g.rewards)
         if not self._alloc:
             return
         uids = list(self._alloc)

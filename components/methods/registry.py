@@ -49,7 +49,7 @@ _METHODS: dict[str, Entry] = {
     "rl_zvp": Entry("components.methods.rl_zvp:RLZVP"),
     "sara": Entry("components.methods.sara:SARA"),
     "sara_dps": Entry("components.methods.sara:SARADPS"),
-    "cero": Entry("components.methods.cero:CERO"),
+    "cero": Entry("components.methods.cero:CERO", BOTH),
     "pair": Entry("components.methods.pair:PAIR"),
     "vigor_vsr": Entry("components.methods.composed:VIGORVSR"),
     "vip_vsr": Entry("components.methods.composed:VIPVSR"),

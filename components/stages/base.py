@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+
+from components.error_text import FieldError
 
 
 class StageParams(BaseModel):
@@ -35,6 +37,32 @@ class StageParams(BaseModel):
                 if k in d and getattr(self, k) == type(self).model_fields[k].default:
                     d.pop(k)
         return d
+
+
+class TaskParams(StageParams):
+    """Params of a stage that takes every task (``components.trainer.task.TASKS``): ``task``
+    picks it. A field the sweep leaves out takes the task's default (``TASK_DEFAULTS``, over
+    the field defaults, which are math's); a field of one task only (``ONLY``) set on the other
+    is refused by name, and so is an old spelling (``RENAMED``), with the name to use."""
+
+    TASK_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {}
+    ONLY: ClassVar[dict[str, str]] = {}
+    RENAMED: ClassVar[dict[str, str]] = {}
+    task: Literal["math", "agentic"] = "math"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for old, new in cls.RENAMED.items():
+            if old in data:
+                raise FieldError(old, f"renamed: use {new}")
+        task = data.get("task", cls.model_fields["task"].default)
+        for k, v in cls.ONLY.items():
+            if k in data and v != task and data[k] != cls.model_fields[k].default:
+                raise FieldError(k, f"applies to task {v} only (this run's task is {task})")
+        return {**cls.TASK_DEFAULTS.get(task, {}), **data}
 
 
 class Tracker(Protocol):

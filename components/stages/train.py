@@ -1,15 +1,18 @@
-"""train: one training run (one method, one seed) with the embedded trainer.
+"""train: one training run (one method, one seed), on every task.
 
-Inputs: ``model`` (the base policy), ``hard`` (training prompts + held-out set for
-validation), ``prefixes`` (expert traces: VSR's cold-start seeds and the SFT set), ``teacher``
-(optional: the teacher model of a distilling method, PG-OPD, named by the sweep).
-Checkpoints live in the stage's work dir, so a killed or retried task resumes from its
-last checkpoint. ``backend: verl`` runs the same params on verl (Ray, GPU workers, vLLM
-rollouts; ``components/trainer/verl``), imported only then.
+Inputs: ``model`` (the base policy), ``hard`` (the training items + held-out set for
+validation: prompts, or map seeds and the environment), ``prefixes`` (expert traces: VSR's
+cold-start seeds and the SFT set), ``teacher`` (optional: the teacher model of a distilling
+method, PG-OPD, named by the sweep). The task (``task``, ``components.trainer.task``) reads
+its items from them (``Task.from_stage``); the one embedded trainer trains on them.
+Checkpoints live in the stage's work dir, so a killed or retried task resumes from its last
+checkpoint. ``backend: verl`` runs the same params on verl (Ray, GPU workers, vLLM rollouts;
+``components/trainer/verl``, and on episodes ``components/agentic/verl_trainer.py`` with the
+multi-turn ``EpisodeAgentLoop``), imported only then.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,14 +21,17 @@ from components.trainer.train_config import TrainConfig, train_config_of
 
 NAME = "train"
 VERSION = 2
+TASKS = ("math", "agentic")
 INPUTS = ("model", "hard", "prefixes", "teacher*")   # teacher: optional (PG-OPD's teacher model)
 
 
 class Params(TrainConfig):
     # ``backend`` was in the dump (default "embedded") since VERSION 1, so widening its type
-    # keeps every key; the verl-only fields below are new: left out of the dump at default.
-    ADDED_FIELDS = ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
-                    "max_prompt_length", "verl_overrides", "gpu_memory_gib")
+    # keeps every key; the fields below were added later: left out of the dump at default.
+    ADDED_FIELDS = TrainConfig.ADDED_FIELDS + ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
+                                               "max_prompt_length", "verl_overrides", "gpu_memory_gib", "layout",
+                                               "max_episode_tokens")
+    ONLY: ClassVar[dict[str, str]] = {**TrainConfig.ONLY, "layout": "agentic", "max_episode_tokens": "agentic"}
     backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
     # verl backend only: resources and raw verl overrides (Hydra ``key=value``, applied last)
@@ -33,47 +39,36 @@ class Params(TrainConfig):
     nnodes: int = Field(1, ge=1)
     rollout_tp: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    max_prompt_length: int = Field(512, ge=1)
+    max_prompt_length: int = Field(512, ge=1, description="longest prompt (tokens): a math prompt, a turn's prompt")
     verl_overrides: tuple[str, ...] = ()
     # memory of one GPU, for the sweep's per-cell fit check (components/trainer/verl/memory.py)
     gpu_memory_gib: float = Field(80.0, gt=0)
+    # agentic on verl. layout: turns = one training row per turn (the environment's prompt as
+    # context, as embedded); serialized = one row per episode, observations masked in the response
+    layout: Literal["turns", "serialized"] = "turns"
+    max_episode_tokens: int = Field(4096, ge=1, description="serialized layout: response budget of an episode")
 
 
 def run(params: Params, ctx: StageContext) -> dict:
     if params.backend == "verl":
+        if params.task == "agentic":
+            from components.agentic.verl_trainer import train_agentic_with_verl
+
+            return train_agentic_with_verl(params, ctx)
         from components.trainer.verl.run import train_with_verl
 
         return train_with_verl(params, ctx)
-    from components.data.schema import read_problems
-    from components.stages.common import grade_fn, load_model, read_json, set_threads
+    from components.stages.common import load_model, set_threads
     from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.task import task_class
 
     set_threads(params.threads)
     model, tok = load_model(ctx.input("model"))
-    hard_dir = ctx.input("hard")
-    problems = read_problems(hard_dir / "train.jsonl")
-    val = read_problems(hard_dir / "heldout.jsonl")
-    traces = read_json(ctx.input("prefixes") / "traces.json")
-    _check_prompt_budget(problems, tok, params)
-    p0 = {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}
-    cfg = train_config_of(params)
-    grade = grade_fn(params.grading_timeout_s)
+    task, items, val, resources = task_class(params.task).from_stage(params, ctx, tok)
     try:
-        trainer = EmbeddedTrainer(cfg, model, tok, grade, ctx.tracker)
-        teacher = {"teacher": ctx.input("teacher")} if "teacher" in ctx.inputs else {}
-        summary = trainer.fit(problems, val, {"expert_traces": traces, "p0": p0, **teacher}, ctx.work_dir)
+        trainer = EmbeddedTrainer(train_config_of(params), model, tok, task, ctx.tracker)
+        summary = trainer.fit(items, val, resources, ctx.work_dir)
     finally:
-        grade.grader.close()
+        task.close()
     trainer.save_outputs(ctx.out_dir)
     return summary
-
-
-def _check_prompt_budget(problems, tok, params: Params) -> None:
-    """The sweep's prompt budget (``max_prompt_length``) holds for every training prompt."""
-    from components.data.prompting import encode_prompt
-
-    for p in problems:
-        n = len(encode_prompt(p, tok, params.prompt_template))
-        if n > params.max_prompt_length:
-            raise ValueError(f"train: prompt {p.uid} has {n} tokens, above max_prompt_length "
-                             f"{params.max_prompt_length} (the sweep's max_prompt_tokens)")

@@ -1,8 +1,10 @@
-"""The embedded trainer: torch + transformers on CPU (or one GPU), no framework.
+"""The embedded trainer, for every task: torch + transformers on CPU (or one GPU), no framework.
 
-The loop is :class:`components.trainer.loop.FitLoop`; this backend supplies the rollout
-engine (``HFEngine`` on the model being trained) and the update: advantages within each
-group (the method's own terms applied, ``Method.sample_advantages`` / ``advantage_weight``),
+The loop is :class:`components.trainer.loop.FitLoop` and what differs between math and
+episodes is its ``task`` (``components.trainer.task``); this backend supplies the rollout
+engine (``HFEngine`` on the model being trained) and the update on the task's loss rows:
+advantages (within each group from the outcome estimator, or the task's: GiGPO's per turn;
+the method's own terms applied, ``Method.sample_advantages`` / ``advantage_weight``),
 the clipped policy-gradient loss of ``components.algos.losses`` (verl's: log-ratio clamp and
 dual clip) or NLL for supervised groups, aggregated as configured over micro-batches, one
 optimizer step. Replayed prefixes are context, so they never reach the loss. Checkpoints hold
@@ -23,23 +25,30 @@ from components.algos.losses import CLIP_RATIO_C, kl_penalty, pg_token_losses
 from components.data.prompting import encode_prompt
 from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
-from components.methods.base import Group, RolloutContext, advantage_terms
+from components.methods.base import Group, GradeFn, RolloutContext, advantage_terms
 from components.methods.registry import build
 from components.trainer import checkpoint
 from components.trainer.loop import FitLoop
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
+from components.trainer.task import MathTask, Task
 from components.trainer.train_config import TrainConfig
 
 
 class EmbeddedTrainer(FitLoop):
-    def __init__(self, cfg: TrainConfig, model, tokenizer, grade, tracker, engine_factory=None):
-        self.cfg, self.model, self.tok, self.grade, self.tracker = cfg, model, tokenizer, grade, tracker
+    """``task``: a :class:`~components.trainer.task.Task` (``task_for``), or the math task's
+    grade function."""
+
+    def __init__(self, cfg: TrainConfig, model, tokenizer, task: Task | GradeFn, tracker, engine_factory=None):
+        self.task = task if isinstance(task, Task) else MathTask(task)
+        if self.task.name != cfg.task:
+            raise ValueError(f"train: the config's task is {cfg.task}, the trainer was given the {self.task.name} task")
+        self.cfg, self.model, self.tok, self.tracker = cfg, model, tokenizer, tracker
         self.meter = TokenMeter(method=cfg.method, seed=cfg.seed)
         if engine_factory is None:
             from components.engine.hf import HFEngine
             engine_factory = HFEngine
         self.engine = engine_factory(model, tokenizer, meter=self.meter)
-        self.method = build(cfg.method, cfg.method_config)
+        self.method = build(cfg.method, cfg.method_config, task=cfg.task)
         self.ref = None
         if cfg.kl_coef > 0:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
@@ -58,9 +67,13 @@ class EmbeddedTrainer(FitLoop):
 
     def rollout_ctx(self, step: int, seed_base: int) -> RolloutContext:
         c = self.cfg
-        return RolloutContext(engine=self.engine, grade=self.grade, encode_prompt=self.encode,
+        return RolloutContext(engine=self.engine, grade=self.task.grade, encode_prompt=self.encode,
                               sampling=SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed_base),
                               step=step)
+
+    def play(self, starts, seed: int, purpose: str = "train_rollout"):
+        """Episodes of the episodic task's environment from ``starts`` (its ``EpisodeContext``)."""
+        return self.task.play(self, starts, seed, purpose)
 
     def restore(self) -> tuple[int, dict[str, Any] | None]:
         checkpoint.clean_partial(self.ckpt_root)
@@ -83,15 +96,19 @@ class EmbeddedTrainer(FitLoop):
         return {"lr": self.sched.get_last_lr()[0]}
 
     # ------------------------------------------------------------------ one update
-    def update(self, groups: list[Group]) -> dict[str, float]:
+    def update(self, rollouts: list) -> dict[str, float]:
         c = self.cfg
+        groups, task_adv = self.task.loss_rows(rollouts, c)
         seqs = build_sequences(groups, self.tok.pad_token_id)
         if len(seqs) == 0:
             return {"loss": 0.0, "grad_norm": 0.0}
         # a method may give exact per-sample advantages (Reinforce-Ada-Seq: statistics over all
         # generated samples, not only the kept ones) and weight a group's advantages
         # (Reinforce-Ada-Est's 1/sqrt(p) factor)
-        adv = adv_estimator(c.adv_estimator)(seqs, c)
+        if task_adv is None:
+            adv = adv_estimator(c.adv_estimator)(seqs, c)
+        else:
+            adv = torch.tensor(task_adv, dtype=torch.float32)
         fixed, weight = advantage_terms(self.method, groups)
         fixed = torch.tensor(fixed, dtype=adv.dtype)
         adv = torch.where(torch.isnan(fixed), adv, fixed) * torch.tensor(weight)
@@ -147,10 +164,11 @@ class EmbeddedTrainer(FitLoop):
         return stats
 
     # ------------------------------------------------------------------ entry points
-    def fit(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
+    def fit(self, items: Sequence[Any], val_items: Sequence[Any], resources: dict[str, Any],
             work_dir: Path, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Train on ``items`` (problems, or map seeds), validating on ``val_items``."""
         self.ckpt_root = work_dir / "checkpoints"
-        return self.run_loop(problems, val_problems, resources, self.tok, on_step=on_step)
+        return self.run_loop(items, val_items, resources, self.tok, on_step=on_step)
 
     def save_outputs(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,14 +9,12 @@ validation on the held-out prompts.
     rollout -> observe -> update (advantages, loss, step) -> metrics -> validation -> checkpoint
 
 A backend subclasses :class:`FitLoop` and supplies only what differs: its rollout engine
-(``rollout_ctx``), its actor update (``update``), where checkpoints live (``restore`` /
-``save_checkpoint``) and where metrics go (``log_metrics``), plus the hooks around the
-step that a server-based engine needs (``begin_step``, ``after_rollout``, ``after_update``).
-The task hooks (``training_set``, ``batch_size``, ``validation_set``, ``rollout``,
-``observe``, ``step_metrics``, ``validation_metrics``, ``summary``) default to the math task
-(prompts, ``Method.rollout`` through a ``RolloutContext``); the episodic trainer
-(``components/agentic/trainer.py``, ``EpisodeLoop``) overrides them with map seeds,
-multi-turn episodes and success rates.
+(``rollout_ctx`` on math, ``play`` on episodes), its actor update (``update``), where
+checkpoints live (``restore`` / ``save_checkpoint``) and where metrics go (``log_metrics``),
+plus the hooks around the step that a server-based engine needs (``begin_step``,
+``after_rollout``, ``after_update``). What differs between tasks (the items, the rollout
+context, the loss rows, the metrics) is the loop's ``task`` (``components.trainer.task``):
+math by default, ``components.agentic.task.EpisodeTask`` on episodes.
 
 The checkpoint is written after the step's row is in the history, so a resumed run keeps
 every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's
@@ -32,14 +30,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from components.data.schema import Problem
 from components.engine.base import TokenMeter
 from components.methods.base import Group, Method, RolloutContext
 from components.progress import step_progress
+from components.trainer.task import VALIDATION_SEED, MathTask, Task
 from components.trainer.train_config import TrainConfig
 
-# validation samples are drawn with this offset on the run's seed, the same at every step
-VALIDATION_SEED = 7_919
+__all__ = ["FitLoop", "VALIDATION_SEED", "batch_order", "training_tokens"]
 
 
 def training_tokens(meter: TokenMeter) -> dict[str, int]:
@@ -107,33 +104,33 @@ class FitLoop:
         return {}
 
     # ------------------------------------------------------------------ task hooks
-    def training_set(self, problems: Sequence[Any], resources: dict[str, Any]) -> list:
-        """Set the method up; the items the step batches are drawn from."""
-        self.method.setup(problems, resources)
-        train_set = self.method.training_problems(problems)
-        if not train_set:
-            raise ValueError(f"{self.cfg.method}: no training problems")
-        return train_set
+    # (the task's; a backend may add to them, as verl adds its clip ratio to the step metrics)
+    task: Task = MathTask()
+
+    def training_set(self, items: Sequence[Any], resources: dict[str, Any]) -> list:
+        return self.task.training_set(self, items, resources)
 
     def batch_size(self) -> int:
         return self.cfg.batch_prompts
 
-    def validation_set(self, val_problems: Sequence[Any]) -> list:
-        return list(val_problems)[: self.cfg.val_size]
+    def validation_set(self, items: Sequence[Any]) -> list:
+        return self.task.validation_set(self, items)
 
     def rollout(self, batch: list, step: int, rng: np.random.Generator) -> list:
         """The step's rollouts (inside the meter's ``step`` tag)."""
-        return self.method.rollout(batch, self.rollout_ctx(step, self.cfg.seed), rng)
+        return self.method.rollout(batch, self.task.context(self, step, self.cfg.seed), rng)
 
     def observe(self, rollouts: list, step: int) -> None:
         self.method.observe(rollouts)
 
     def validation_metrics(self, val_set: list, step: int) -> dict[str, float]:
-        acc, clip = self.validate(val_set, step)
-        return {"val/accuracy": acc, "val/clip_ratio": clip}
+        return self.task.validation_metrics(self, val_set, step)
+
+    def step_metrics(self, groups: list, before: dict, after: dict) -> dict[str, float]:
+        return self.task.step_metrics(groups, before, after)
 
     # ------------------------------------------------------------------ the loop
-    def run_loop(self, problems: Sequence[Problem], val_problems: Sequence[Problem], resources: dict[str, Any],
+    def run_loop(self, problems: Sequence[Any], val_problems: Sequence[Any], resources: dict[str, Any],
                  tokenizer, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         c = self.cfg
         train_set = self.training_set(problems, {**resources, "tokenizer": tokenizer})
@@ -175,41 +172,6 @@ class FitLoop:
                     on_step(step)
         return self.summary()
 
-    def validate(self, problems: Sequence[Problem], step: int) -> tuple[float, float]:
-        """(mean reward, share of responses cut at the budget) of ``val_samples`` samples per
-        held-out prompt, drawn with the same seeds at every step."""
-        if not problems:
-            return float("nan"), float("nan")
-        ctx = self.rollout_ctx(0, VALIDATION_SEED + self.cfg.seed)
-        with self.meter.tagged(step=step):
-            groups = ctx.sample_groups(ctx.prompt_items(problems), self.cfg.val_samples, purpose="validation")
-        clip = float(np.mean([f == "length" for g in groups for f in g.finish_reasons]))
-        return float(np.mean([r for g in groups for r in g.rewards])), clip
-
-    def step_metrics(self, groups: list[Group], before: dict, after: dict) -> dict[str, float]:
-        rl = [g for g in groups if not g.supervised]
-        rewards = [r for g in rl for r in g.rewards]
-        fresh = [r for g in rl if not g.is_replay for r in g.rewards]
-        replay = [r for g in rl if g.is_replay for r in g.rewards]
-        lens = [len(x) for g in groups for x in g.responses]
-        finish = [f for g in rl for f in g.finish_reasons]
-        nan = float("nan")
-        return {
-            "reward/mean": float(np.mean(rewards)) if rewards else nan,
-            "reward/fresh_mean": float(np.mean(fresh)) if fresh else nan,
-            "reward/replay_mean": float(np.mean(replay)) if replay else nan,
-            "groups/mixed_frac": float(np.mean([g.mixed for g in rl])) if rl else nan,
-            "groups/replay_frac": float(np.mean([g.is_replay for g in rl])) if rl else 0.0,
-            "response/length_mean": float(np.mean(lens)) if lens else 0.0,
-            # share of sampled responses cut off by the response budget (verl's name)
-            "response_length/clip_ratio": float(np.mean([f == "length" for f in finish])) if finish else nan,
-            "tokens/generated": float(after["generated_tokens"] - before["generated_tokens"]),
-            "tokens/prompt": float(after["prompt_tokens"] - before["prompt_tokens"]),
-            "tokens/discarded": float(after["discarded_tokens"] - before["discarded_tokens"]),
-            "tokens/generated_cum": float(after["generated_tokens"]),
-            "rollouts": float(after["sequences"] - before["sequences"]),
-        }
-
     def _log(self, row: dict[str, float], step: int) -> None:
         clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
         self.log_metrics(clean, step)
@@ -219,13 +181,13 @@ class FitLoop:
     def summary(self) -> dict[str, Any]:
         tot = training_tokens(self.meter)
         last_val = [h["val/accuracy"] for h in self.history if "val/accuracy" in h]
-        clip = [h["response_length/clip_ratio"] for h in self.history if "response_length/clip_ratio" in h]
         out = {"method": self.cfg.method, "seed": self.cfg.seed, "steps": self.cfg.steps,
                "generated_tokens": tot["generated_tokens"], "kept_generated_tokens": tot["kept_generated_tokens"],
                "discarded_tokens": tot["discarded_tokens"], "prompt_tokens": tot["prompt_tokens"],
                "rollouts": tot["sequences"], "final_val_accuracy": last_val[-1] if last_val else None,
                "max_new_tokens": self.cfg.max_new_tokens, "adv_estimator": self.cfg.adv_estimator,
-               "clip_ratio": float(np.mean(clip)) if clip else None}
+               "clip_ratio": None}
+        out.update(self.task.summary(self, tot))
         if self.backend_name != "embedded":
             out["backend"] = self.backend_name
         return out

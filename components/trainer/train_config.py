@@ -1,23 +1,46 @@
-"""The trainers' config (the ``train`` stage's params add the stage's own fields). Light: no torch."""
+"""The trainers' one config, for every task (the ``train`` stage's params add the stage's own
+fields). Light: no torch.
+
+``task`` picks the task (``components.trainer.task``): ``math`` (prompts, a grader) or
+``agentic`` (map seeds of an environment, multi-turn episodes). A field the sweep leaves out
+takes the task's default: the math defaults below, or, on ``agentic``, ``TASK_DEFAULTS``:
+verl-agent's GiGPO Sokoban settings where they apply (``docs/methods.md`` §11: gamma 0.95,
+step weight 1, ``mean_norm``), the embedded regime's learning rate, batch and update count
+(a 0.8M-parameter policy on 2 CPU cores). A field of one task only (``ONLY``) set on the
+other is refused by name (``components.stages.base.TaskParams``).
+"""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, validation_problem
-from components.stages.base import StageParams
+from components.stages.base import StageParams, TaskParams
+
+# advantage estimators (``components.algos.advantages``) per task: outcome or episode ones
+ESTIMATORS = {"math": ("grpo", "drgrpo", "rloo"), "agentic": ("gigpo", "episode")}
 
 
-class TrainConfig(StageParams):
-    """Everything one embedded training run needs (also the ``train`` stage's params)."""
+class TrainConfig(TaskParams):
+    """Everything one training run needs (also the ``train`` stage's params)."""
+
+    TASK_DEFAULTS = {"agentic": {"steps": 20, "batch_prompts": 4, "lr": 1e-4, "max_new_tokens": 8,
+                                 "adv_estimator": "gigpo", "loss_agg_mode": "token-mean", "val_size": 32}}
+    RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
+
+    # the fields the agentic task brought: a math run's dump (and cache key) is without them
+    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats")
+    # fields that mean something on one task only: set on the other, refused
+    ONLY = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
+            "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
     method: str = "grpo"
     method_config: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
     steps: int = Field(60, ge=1)
-    batch_prompts: int = Field(16, ge=1)
+    batch_prompts: int = Field(16, ge=1, description="training items per update: prompts, or map seeds (agentic)")
     # AdamW moves every parameter by about lr per step whatever the gradient's size: at ten
     # times this, one update of the demo's small pretrained policy lowers the log-prob of every
     # sampled response, positive-advantage ones included, instead of moving them apart
@@ -27,9 +50,9 @@ class TrainConfig(StageParams):
     grad_clip: float = 1.0
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = Field(DEFAULT_RESPONSE_TOKENS, ge=1)
+    max_new_tokens: int = Field(DEFAULT_RESPONSE_TOKENS, ge=1, description="tokens per response (agentic: per turn)")
     prompt_template: Literal["raw", "chat"] = "raw"
-    adv_estimator: Literal["grpo", "drgrpo", "rloo"] = "grpo"
+    adv_estimator: Literal["grpo", "drgrpo", "rloo", "gigpo", "episode"] = "grpo"
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                            "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
     clip_low: float = 0.2
@@ -39,13 +62,21 @@ class TrainConfig(StageParams):
     micro_batch: int = Field(64, ge=1)
     ckpt_every: int = Field(10, ge=1)
     val_every: int = Field(10, ge=1)
-    val_size: int = Field(64, ge=0)
-    val_samples: int = Field(4, ge=1)
+    val_size: int = Field(64, ge=0, description="held-out items validated on: prompts, or map seeds (agentic)")
+    val_samples: int = Field(4, ge=1, description="math: samples per held-out prompt (agentic: 1 episode)")
     grading_timeout_s: float = Field(5.0, gt=0)
+    # agentic (GiGPO): A = A^E + step_weight * A^S; "episode" estimator: A^E only
+    gamma: float = Field(0.95, ge=0, le=1)
+    step_weight: float = 1.0
+    gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    episode_stats: Literal["steps", "episodes"] = "steps"
 
     @model_validator(mode="after")
     def _method_known(self):
-        check_method(self.method, self.method_config, "math")
+        if self.adv_estimator not in ESTIMATORS[self.task]:
+            raise FieldError("adv_estimator", f"{self.adv_estimator!r} does not apply to task {self.task} "
+                                              f"(estimators for {self.task}: {', '.join(ESTIMATORS[self.task])})")
+        check_method(self.method, self.method_config, self.task)
         return self
 
 

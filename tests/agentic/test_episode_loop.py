@@ -1,5 +1,5 @@
-"""The episodic trainers run the one fit loop (components/trainer/loop.py) with the episode
-hooks of components/agentic/trainer.py's EpisodeLoop; each backend supplies only its parts."""
+"""The trainers run the one fit loop (components/trainer/loop.py) with the episodic task's
+hooks (components/agentic/task.py); each backend supplies only its parts."""
 from __future__ import annotations
 
 import copy
@@ -8,9 +8,10 @@ import pytest
 import torch
 from tiny import TINY_TEST_POLICY
 
-from components.agentic.episode_train_config import EpisodeTrainConfig
+from components.trainer.train_config import TrainConfig
 from components.agentic.policy import build_agent_tokenizer
-from components.agentic.trainer import EpisodeLoop, EpisodeTrainer
+from components.agentic.task import EpisodeLoop, EpisodeTask
+from components.trainer.embedded import EmbeddedTrainer
 from components.envs.sokoban import SokobanEnv
 from components.policy.model import TinyPolicyConfig, build_policy
 from components.stages.base import NullTracker
@@ -29,8 +30,9 @@ def test_both_episodic_backends_run_the_one_loop():
     pytest.importorskip("verl", reason="verl is not installed: the verl episodic trainer cannot be imported")
     from components.agentic.verl_trainer import EpisodePPOTrainer
 
-    for cls in (EpisodeTrainer, EpisodePPOTrainer):
-        assert issubclass(cls, EpisodeLoop) and issubclass(cls, FitLoop), cls
+    assert issubclass(EpisodePPOTrainer, EpisodeLoop) and isinstance(EpisodeLoop.task, EpisodeTask)
+    for cls in (EmbeddedTrainer, EpisodePPOTrainer):
+        assert issubclass(cls, FitLoop), cls
         for name in LOOP_STEPS:
             assert name not in vars(cls), (cls.__name__, name)
         for name in BACKEND_PARTS:
@@ -44,16 +46,16 @@ def test_step_token_counts_add_up_with_discarded_tokens(tmp_path):
     tok = build_agent_tokenizer()
     model = build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), tok, seed=1)
 
-    class Padded(EpisodeTrainer):
+    class Padded(EmbeddedTrainer):
         def play(self, starts, seed, purpose="train_rollout"):
             runs = super().play(starts, seed, purpose)
             self.meter.record("discarded", prompt_tokens=0, generated_tokens=1000, sequences=1, requests=0)
             return runs
 
-    cfg = EpisodeTrainConfig(method="grpo", method_config={"n": 2}, steps=2, batch_seeds=2, val_seeds=0,
-                             max_new_tokens=6, ckpt_every=5)
+    cfg = TrainConfig(task="agentic", method="grpo", method_config={"n": 2}, steps=2, batch_prompts=2,
+                      val_size=0, max_new_tokens=6, ckpt_every=5)
     torch.manual_seed(0)
-    t = Padded(cfg, copy.deepcopy(model), tok, make, NullTracker())
+    t = Padded(cfg, copy.deepcopy(model), tok, EpisodeTask(make), NullTracker())
     summary = t.fit([3, 4, 5], [], {}, tmp_path)
     steps = [h for h in t.history if "tokens/generated" in h]
     assert len(steps) == 2 and t.meter.totals("discarded")["generated_tokens"] == 2000

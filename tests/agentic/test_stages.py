@@ -27,7 +27,7 @@ stages:
   pretrain: {task: agentic, policy: {layers: 1, hidden: 32, heads: 2, kv_heads: 2, ffn: 64, max_positions: 128}}
   filter_hard: {task: agentic, k: 2, c: 1}
   seed_prefixes: {task: agentic}
-  train: {task: agentic, steps: 2, batch_seeds: 2, val_seeds: 2, val_every: 1, ckpt_every: 1}
+  train: {task: agentic, steps: 2, batch_prompts: 2, val_size: 2, val_every: 1, ckpt_every: 1}
   evaluate: {task: agentic, episodes_per_seed: 2}
   tokens: {}
   tables: {paper: vsr_agentic}
@@ -40,14 +40,34 @@ retries: 0
 
 
 def test_task_switch_selects_the_agentic_stage_modules():
-    from components.agentic.stages import train as agentic_train
+    from components.stages import train
 
     p = lineage.check_params("train", {"task": "agentic", "method": "vsr", "method_config": {"rho": 0.25}})
-    assert isinstance(p, agentic_train.Params) and p.adv_estimator == "gigpo"
+    assert isinstance(p, train.Params) and p.adv_estimator == "gigpo" and p.batch_prompts == 4
+    assert lineage.stage_module_path("train", {"task": "agentic"}) == "components.stages.train"
+    bc = lineage.check_params("pretrain", {"task": "agentic"})       # the agent's defaults, one module
+    assert (bc.policy.hidden, bc.batch_size, bc.max_new_tokens, bc.noise) == (64, 64, 8, 0.1)
+    assert "noise" not in lineage.check_params("pretrain", {}).model_dump()   # math's cache key as before
+    with pytest.raises(lineage.StageError, match=r"params\.noise: applies to task agentic only"):
+        lineage.check_params("pretrain", {"noise": 0.3})
+    assert lineage.stage_module_path("seed_prefixes", {"task": "agentic"}) == "components.stages.seed_prefixes"
+    assert "task" not in lineage.check_params("seed_prefixes", {}).model_dump()
+    with pytest.raises(lineage.StageError, match=r"params\.cut_fractions: applies to task math only"):
+        lineage.check_params("seed_prefixes", {"task": "agentic", "cut_fractions": [0.5]})
     assert lineage.stage_module_path("evaluate", {"task": "agentic"}) == "components.agentic.stages.evaluate"
     assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):
+        lineage.check_params("evaluate", {"task": "chess"})
+    with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess' \(known: math, agentic\)"):
         lineage.check_params("train", {"task": "chess"})
+    with pytest.raises(lineage.StageError, match=r"params\.batch_seeds: renamed: use batch_prompts"):
+        lineage.check_params("train", {"task": "agentic", "batch_seeds": 4})
+    with pytest.raises(lineage.StageError, match=r"params\.gamma: applies to task agentic only"):
+        lineage.check_params("train", {"gamma": 0.9})
+    with pytest.raises(lineage.StageError, match=r"params\.layout: applies to task agentic only"):
+        lineage.check_params("train", {"layout": "serialized"})
+    with pytest.raises(lineage.StageError, match=r"params\.adv_estimator: 'rloo' does not apply to task agentic"):
+        lineage.check_params("train", {"task": "agentic", "adv_estimator": "rloo"})
     with pytest.raises(lineage.StageError, match="method .sft. does not apply to task agentic"):
         lineage.check_params("train", {"task": "agentic", "method": "sft"})
     with pytest.raises(lineage.StageError, match=r"method_config\.rho"):

@@ -62,7 +62,7 @@ def test_agentic_sweep_lists_episodic_methods(tmp_path):
     (("[grpo, trace]", "[grpo, tracee]"), "methods: unknown method 'tracee' (available: "),
     (("[grpo, trace]", "[grpo, sft]"),
      "methods: method 'sft' does not apply to task agentic (applies to: math; methods for agentic: "
-     "grpo, trace, vsr, vsr_no_recency, vsr_no_scoring)"),
+     "cero, grpo, trace, vsr, vsr_no_recency, vsr_no_scoring)"),
     (("  trace: {n", "  sara: {n"), "method_config: method 'sara' does not apply to task agentic"),
     (("train: {task: agentic,", "train: {task: chess,"), "stages.train.task: unknown task 'chess' (known: agentic"),
 ])
@@ -93,7 +93,7 @@ def test_registry_is_names_only_and_every_entry_builds_on_its_tasks():
             "assert 'torch' not in sys.modules, 'torch'; print(','.join(r.available('agentic')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().split(",") == ["grpo", "trace", "vsr", "vsr_no_recency", "vsr_no_scoring"]
+    assert out.stdout.strip().split(",") == ["cero", "grpo", "trace", "vsr", "vsr_no_recency", "vsr_no_scoring"]
     for name in registry.available():
         for task in registry.entry(name).tasks:
             assert registry.build(name, {}, task=task).name == name

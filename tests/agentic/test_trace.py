@@ -11,11 +11,12 @@ import pytest
 import torch
 from tiny import TINY_TEST_POLICY
 
-from components.agentic.episode_train_config import EpisodeTrainConfig
+from components.trainer.train_config import TrainConfig
 from components.agentic.policy import build_agent_tokenizer
 from components.agentic.rollout import EpisodeContext, EpisodeGroup, EpisodeRun, Start, TurnRecord, rollout_episodes
 from components.agentic.trace import TRACE, draw, features, logistic_step
-from components.agentic.trainer import EpisodeTrainer
+from components.agentic.task import EpisodeTask
+from components.trainer.embedded import EmbeddedTrainer
 from components.engine.base import SamplingParams, TokenMeter
 from components.engine.hf import HFEngine
 from components.envs.sokoban import SokobanEnv
@@ -123,10 +124,10 @@ def test_starts_replay_in_the_environment(agent):
 
 def test_trainer_runs_trace(agent, tmp_path):
     tok, model = agent
-    cfg = EpisodeTrainConfig(method="trace", method_config={"n": 2}, steps=2, batch_seeds=2, ckpt_every=1,
-                             val_seeds=0, lr=1e-3, max_new_tokens=6)
+    cfg = TrainConfig(task="agentic", method="trace", method_config={"n": 2}, steps=2, batch_prompts=2,
+                      ckpt_every=1, val_size=0, lr=1e-3, max_new_tokens=6)
     torch.manual_seed(0)
-    tr = EpisodeTrainer(cfg, copy.deepcopy(model), tok, make, NullTracker())
+    tr = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, EpisodeTask(make), NullTracker())
     tr.fit([3, 4, 5], [], {}, tmp_path)
     rows = [h for h in tr.history if "train/loss" in h]
     assert len(rows) == 2 and any("method/anchors" in h for h in tr.history)

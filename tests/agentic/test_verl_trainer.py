@@ -109,8 +109,8 @@ def test_requests_one_row_per_episode_with_distinct_seeds():
 
 
 def test_turns_layout_rows_are_the_environments_prompts_and_replies(policy):
-    from components.agentic.trainer import turn_rows
-    from components.agentic.episode_train_config import EpisodeTrainConfig
+    from components.agentic.task import turn_rows
+    from components.trainer.train_config import TrainConfig
     from components.agentic.verl_episodes import episode_requests, runs_from_output, turn_training_rows
 
     model, tok = policy
@@ -128,7 +128,7 @@ def test_turns_layout_rows_are_the_environments_prompts_and_replies(policy):
             _, rew, _, _ = env.step(t.text)
             assert rew == t.reward
         assert r.length == len(r.start.prefix) + len(r.turns) and r.done
-    cfg = EpisodeTrainConfig(method="grpo", method_config={"n": 2})
+    cfg = TrainConfig(task="agentic", method="grpo", method_config={"n": 2})
     groups = turn_rows(runs, cfg)
     data = turn_training_rows(groups, tok.pad_token_id, 6)
     assert len(data) == sum(len(r.turns) for r in runs)
@@ -170,7 +170,7 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
     from omegaconf import OmegaConf
     from verl import DataProto
 
-    from components.agentic.episode_train_config import EpisodeTrainConfig
+    from components.trainer.train_config import TrainConfig
     from components.agentic.verl_trainer import EpisodePPOTrainer
     from components.methods.registry import build
 
@@ -207,8 +207,8 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
             events.append(("weights", step))
 
     t = Trainer.__new__(Trainer)
-    t.cfg = EpisodeTrainConfig(method=method, method_config=method_config, steps=steps, batch_seeds=2,
-                               max_new_tokens=6, ckpt_every=1, val_every=2, val_seeds=2, micro_batch=8, seed=1)
+    t.cfg = TrainConfig(task="agentic", method=method, method_config=method_config, steps=steps, batch_prompts=2,
+                        max_new_tokens=6, ckpt_every=1, val_every=2, val_size=2, micro_batch=8, seed=1)
     t.config = OmegaConf.create({
         "trainer": {"default_local_dir": str(tmp_path / "ckpt"), "project_name": "t", "experiment_name": "t",
                     "logger": ["console"], "balance_batch": False},
@@ -277,14 +277,14 @@ def test_stage_config_composes_for_both_layouts(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.agentic.stages.train import Params
     from components.agentic.verl_trainer import AGENT_LOOPS_YAML, build_config
+    from components.stages.train import Params
 
-    embedded = Params()
+    embedded = Params(task="agentic")
     assert "layout" not in embedded.model_dump() and "n_gpus_per_node" not in embedded.model_dump()
     for layout, R in (("turns", 8), ("serialized", 300)):
-        p = Params(backend="verl", layout=layout, max_episode_tokens=300, method="vsr",
-                   method_config={"n": 4, "rho": 0.5}, batch_seeds=2, micro_batch=4, max_prompt_length=160)
+        p = Params(task="agentic", backend="verl", layout=layout, max_episode_tokens=300, method="vsr",
+                   method_config={"n": 4, "rho": 0.5}, batch_prompts=2, micro_batch=4, max_prompt_length=160)
         cfg, config = build_config(p, tmp_path, tmp_path / "work", "s")
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))

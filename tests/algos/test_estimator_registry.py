@@ -8,16 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from components.agentic.episode_train_config import EpisodeTrainConfig
 from components.algos.advantages import ADV_ESTIMATORS, adv_estimator, grpo_advantages, rloo_advantages
 from components.algos.gigpo import Episode, gigpo_advantages
-from components.trainer.train_config import TrainConfig
+from components.trainer.train_config import ESTIMATORS, TrainConfig
 
 
 def test_every_configurable_estimator_is_registered():
-    names = {*typing.get_args(TrainConfig.model_fields["adv_estimator"].annotation),
-             *typing.get_args(EpisodeTrainConfig.model_fields["adv_estimator"].annotation)}
-    assert names == set(ADV_ESTIMATORS) == {"grpo", "drgrpo", "rloo", "gigpo", "episode"}
+    names = set(typing.get_args(TrainConfig.model_fields["adv_estimator"].annotation))
+    assert names == set(ADV_ESTIMATORS) == {e for task in ESTIMATORS.values() for e in task}
+    assert names == {"grpo", "drgrpo", "rloo", "gigpo", "episode"}
     with pytest.raises(KeyError, match="unknown advantage estimator 'ppo'"):
         adv_estimator("ppo")
 
@@ -31,7 +30,7 @@ def test_outcome_estimators():
 
 def test_episode_estimators():
     eps = [Episode("g", ["s0", "s1"], [-0.1, 1.0]), Episode("g", ["s0", "s2"], [-0.1, -0.1])]
-    cfg = EpisodeTrainConfig(gamma=1.0)
+    cfg = TrainConfig(task="agentic", gamma=1.0)
     both = adv_estimator("gigpo")(eps, cfg)
     outcome = adv_estimator("episode")(eps, cfg)
     assert both == gigpo_advantages(eps, gamma=1.0).advantages

@@ -46,18 +46,19 @@ def test_the_example_trains_on_math(example, tmp_path):
 
 
 def test_the_example_plays_episodes(example, tmp_path):
-    from components.agentic.episode_train_config import EpisodeTrainConfig
     from components.agentic.policy import build_agent_tokenizer
-    from components.agentic.trainer import EpisodeTrainer
+    from components.agentic.task import EpisodeTask
     from components.envs.sokoban import SokobanEnv
     from components.policy.model import TinyPolicyConfig, build_policy
     from components.stages.base import NullTracker
+    from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.train_config import TrainConfig
 
     tok = build_agent_tokenizer()
     model = build_policy(TinyPolicyConfig(**TINY_TEST_POLICY), tok, seed=1)
-    cfg = EpisodeTrainConfig(method="first_seen", method_config={"n": 1, "n_new": 2}, steps=2, batch_seeds=2,
-                             val_seeds=0, max_new_tokens=6)
-    t = EpisodeTrainer(cfg, copy.deepcopy(model), tok, lambda: SokobanEnv(num_boxes=1, template="compact",
-                                                                         max_steps=3), NullTracker())
+    cfg = TrainConfig(task="agentic", method="first_seen", method_config={"n": 1, "n_new": 2}, steps=2,
+                      batch_prompts=2, val_size=0, max_new_tokens=6)
+    boards = EpisodeTask(lambda: SokobanEnv(num_boxes=1, template="compact", max_steps=3))
+    t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, boards, NullTracker())
     t.fit([3, 4], [], {}, tmp_path)
     assert [h["rollouts"] for h in t.history] == [4.0, 2.0] and t.method.seen == {3, 4}

@@ -29,13 +29,13 @@ from pathlib import Path
 import torch
 from records import parse_args, record_or_compare, weights_digest
 
-BASE = {"steps": 3, "batch_seeds": 3, "max_new_tokens": 6, "val_seeds": 2, "val_every": 2, "ckpt_every": 2,
+BASE = {"task": "agentic", "steps": 3, "batch_prompts": 3, "max_new_tokens": 6, "val_size": 2, "val_every": 2, "ckpt_every": 2,
         "lr": 1e-3, "seed": 3}
 # boards whose BFS plans are 2-4 moves (the policy solves some, so groups have mixed returns)
 TRAIN_SEEDS = [1, 3, 9, 10, 13, 14, 16, 17, 20, 22]
 VAL_SEEDS = [37, 52]
 
-# name -> EpisodeTrainConfig overrides (and the case whose record a resumed case must equal)
+# name -> TrainConfig overrides (and the case whose record a resumed case must equal)
 CASES: dict[str, dict] = {
     "gigpo": {"method": "grpo", "method_config": {"n": 3}},
     "episode_adv": {"method": "grpo", "method_config": {"n": 3}, "adv_estimator": "episode",
@@ -81,18 +81,19 @@ def expert_traces() -> dict[int, list[str]]:
 
 
 def run_case(name: str, tok, model, work: Path) -> dict:
-    from components.agentic.episode_train_config import EpisodeTrainConfig
-    from components.agentic.trainer import EpisodeTrainer
+    from components.agentic.task import EpisodeTask
     from components.stages.base import NullTracker
+    from components.trainer.embedded import EmbeddedTrainer
+    from components.trainer.train_config import TrainConfig
 
     base = RESUMED.get(name, name)
-    cfg = EpisodeTrainConfig(**{**BASE, **CASES[base]})
+    cfg = TrainConfig(**{**BASE, **CASES[base]})
     res = {"p0": {s: 0.3 for s in TRAIN_SEEDS}, "expert_traces": expert_traces()}
     if name in RESUMED:     # a run that stopped after 2 updates, then a fresh process-like restart
-        first = EpisodeTrainer(cfg.model_copy(update={"steps": 2}), copy.deepcopy(model), tok, make_env,
-                               NullTracker())
+        first = EmbeddedTrainer(cfg.model_copy(update={"steps": 2}), copy.deepcopy(model), tok,
+                                EpisodeTask(make_env), NullTracker())
         first.fit(TRAIN_SEEDS, VAL_SEEDS, res, work / name)
-    t = EpisodeTrainer(cfg, copy.deepcopy(model), tok, make_env, NullTracker())
+    t = EmbeddedTrainer(cfg, copy.deepcopy(model), tok, EpisodeTask(make_env), NullTracker())
     t.fit(TRAIN_SEEDS, VAL_SEEDS, res, work / name)
     t.save_outputs(work / name / "out")
     records = {f: hashlib.sha256((work / name / "out" / f).read_bytes()).hexdigest()

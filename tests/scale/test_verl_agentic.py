@@ -25,8 +25,8 @@ AGENT_DATA = {"task": "agentic", "env": "sokoban",
 AGENT_PRETRAIN = {"task": "agentic", "noise": 0.1, "steps": 300, "threads": 1}
 # 160 prompt + 8 reply tokens: inside the tiny policy's 192 positions (vLLM refuses a longer
 # max_model_len); the compact prompt with 2 turns of history is ~70 tokens
-TRAIN = {"task": "agentic", "backend": "verl", "steps": 3, "batch_seeds": 4, "lr": 1e-4, "ckpt_every": 1,
-         "val_every": 3, "val_seeds": 8, "micro_batch": 64, "max_prompt_length": 160}
+TRAIN = {"task": "agentic", "backend": "verl", "steps": 3, "batch_prompts": 4, "lr": 1e-4, "ckpt_every": 1,
+         "val_every": 3, "val_size": 8, "micro_batch": 64, "max_prompt_length": 160}
 METHODS = {"grpo": {"n": 8}, "vsr": {"n": 8, "rho": 0.5}}
 
 
@@ -89,7 +89,7 @@ def test_agentic_three_updates_on_verl(agentic_inputs, method):
 def test_agentic_sigkilled_stage_resumes_from_verls_checkpoint(agentic_inputs, scale_home):
     from components import lineage
 
-    params = {**TRAIN, "method": "vsr", "method_config": METHODS["vsr"], "seed": 1, "val_seeds": 0}
+    params = {**TRAIN, "method": "vsr", "method_config": METHODS["vsr"], "seed": 1, "val_size": 0}
     cmd = [sys.executable, "-m", "components.cli", "run-stage", "train", "--params", json.dumps(params),
            "--inputs", json.dumps(agentic_inputs), "--sweep", "scale"]
     works = Path(os.environ["RLVR_HOME"]) / "work" / "train"

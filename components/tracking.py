@@ -1,7 +1,7 @@
 """MLflow side of lineage: one client per tracking URI, experiments with an explicit
 artifact location, the stage ``Tracker`` backed by one run (addressed by id), the parent
 run of a sweep, and what a stage run carries besides its params and metrics: system
-metrics while training, the trained weights and their registered model version, its
+metrics while training, the trained policy as a logged model and its registered version, its
 results as MLflow tables, and an evaluation's numbers copied onto the evaluated policy's
 run (so that one runs table compares methods). mlflow itself is imported lazily (2-3 s).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def _send_batch(run_id: str, rec: dict) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
     kind = rec["kind"]
-    make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3]), 1000),
+    make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3], model_id=x[4] if len(x) > 4 else None), 1000),
                   "params": (lambda x: Param(x[0], x[1]), 100), "tags": (lambda x: RunTag(x[0], x[1]), 100)}[kind]
     items = [make(x) for x in rec["items"]]
     for i in range(0, len(items), size):
@@ -110,9 +111,11 @@ class MlflowTracker:
         self._held_file = tracking_spool.Spool(spool_dir / f"{run_id}.held") if spool_dir and hold_until_commit \
             else None
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None, model_id: str | None = None) -> None:
+        """``model_id``: the rows also count as that logged model's metrics (its page, the Models tab)."""
         ts = int(time.time() * 1000)
-        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] for k, v in metrics.items()])
+        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] + ([model_id] if model_id else [])
+                                                for k, v in metrics.items()])
         if self._held is not None and step is not None:
             self._held.append(rec)
             if self._held_file is not None:
@@ -241,8 +244,6 @@ def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]
     """``<method>/<eval set>_mean_at_k`` (and ``<method>/tokens_per_update`` where the tokens
     table has both) for each trained method of the sweep, and the results table as the
     run's Markdown description; returns the metrics."""
-    import json
-
     import pandas as pd
     c = client()
     text = (out / "tables.md").read_text()
@@ -332,20 +333,52 @@ def _dir_mb(d: Path) -> float:
     return sum(p.stat().st_size for p in d.rglob("*") if p.is_file()) / 2**20
 
 
+def logged_model_name(sweep: str, ident: dict[str, str], stage: str) -> str:
+    """``<sweep>-<model>-<method>``: the registered name with dashes (a logged model's name
+    may not hold a dot)."""
+    from components.sweep import slug
+    parts = [sweep] + ([slug(ident["model"])] if "model" in ident else []) + [ident.get("method") or stage]
+    return "-".join(parts).replace(".", "-")
+
+
 def log_weights(tracker: MlflowTracker, stage: str, out: Path) -> str | None:
-    """The policy under ``out/model`` as the run's ``model/`` artifact; returns the URI the
-    registry should point at (the run's artifact, or the store's directory when the weights
-    are above ``RLVR_MLFLOW_WEIGHTS_MAX_MB``, default 1024), None when there is no policy."""
+    """The policy under ``out/model`` as an MLflow logged model that is an output of the run
+    (the runs table's Models column, the model's page with the run's params and its
+    evaluation). Its files are the model's artifacts; above ``RLVR_MLFLOW_WEIGHTS_MAX_MB``
+    (default 1024) the weights stay in the artifact store and the model is external. Returns
+    the URI the registry points at (``models:/<id>``, or the store's directory), None when
+    there is no policy. A replay or retry of the same run finds the model it logged."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     d = out / WEIGHTS_DIR[stage] if stage in WEIGHTS_DIR else None
     if d is None or not d.is_dir():
         return None
+    c = client()
+    run = c.get_run(tracker.run_id)
     cap, mb = float(os.environ.get(WEIGHTS_MAX_MB_ENV, "1024")), _dir_mb(d)
-    if mb > cap:
-        tracker.set_tags({"rlvr.weights": f"{mb:.0f} MB > {WEIGHTS_MAX_MB_ENV}={cap:g}: kept at {d} only"})
-        return d.as_uri()
-    tracker.log_artifact(d, WEIGHTS_DIR[stage])
-    tracker.set_tags({"rlvr.weights": f"{mb:.1f} MB logged as artifact {WEIGHTS_DIR[stage]}/"})
-    return f"runs:/{tracker.run_id}/{WEIGHTS_DIR[stage]}"
+    external = mb > cap
+    mid = run.data.tags.get("rlvr.logged_model")
+    if not (mid and c.get_logged_model(mid).status == LoggedModelStatus.READY):
+        tags = {k: v for k, v in run.data.tags.items() if k.startswith("rlvr.") and k != "rlvr.error"}
+        ident = {k: tags[f"rlvr.{k}"] for k in ("model", "method") if f"rlvr.{k}" in tags}
+        params = {k: v for k, v in run.data.params.items() if k.startswith(f"{stage}.")}
+        model = c.create_logged_model(run.info.experiment_id, name=logged_model_name(tags.get("rlvr.sweep", "rlvr"),
+                                                                                     ident, stage),
+                                      source_run_id=tracker.run_id, model_type="policy", params=params,
+                                      tags={**tags, **({"mlflow.model.isExternal": "true", "rlvr.weights_uri":
+                                                        d.as_uri()} if external else {})})
+        mid = model.model_id
+        try:
+            if not external:
+                c.log_model_artifacts(mid, str(d))
+        except BaseException:
+            c.finalize_logged_model(mid, LoggedModelStatus.FAILED)
+            raise
+        c.finalize_logged_model(mid, LoggedModelStatus.READY)
+        c.log_outputs(tracker.run_id, [LoggedModelOutput(mid, 0)])
+        c.set_tag(tracker.run_id, "rlvr.logged_model", mid)   # read back by register_policy and a replay
+        c.set_tag(tracker.run_id, "rlvr.weights", f"{mb:.0f} MB > {WEIGHTS_MAX_MB_ENV}={cap:g}: kept at {d} only"
+                  if external else f"{mb:.1f} MB logged as model {mid}")
+    return d.as_uri() if external else f"models:/{mid}"
 
 
 def registered_model_name(sweep: str, ident: dict[str, str]) -> str:
@@ -356,7 +389,8 @@ def registered_model_name(sweep: str, ident: dict[str, str]) -> str:
 def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str, key: str) -> str:
     """One registered model per sweep x model x method, one version per training run that
     was computed (a cache hit creates no run, so registers nothing; a retry of the same run
-    finds its version). Returns ``name/version``."""
+    finds its version), linked to the run's logged model. Returns ``name/version``."""
+    import mlflow
     from mlflow.exceptions import MlflowException
     c = client()
     name = registered_model_name(sweep, ident)
@@ -372,10 +406,18 @@ def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str,
     except MlflowException as e:
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    v = c.create_model_version(name, source, run_id=run_id,
+    model_id = c.get_run(run_id).data.tags.get("rlvr.logged_model")
+    # a local registry resolves ``models:/<id>`` through the process-wide tracking store
+    mlflow.set_tracking_uri(tracking_uri())
+    v = c.create_model_version(name, source, run_id=run_id, model_id=model_id,
                                tags={"rlvr.cache_key": key, **{f"rlvr.{k}": x for k, x in ident.items()}},
                                description=f"run {run_id}, {ident.get('label', '')}")
-    client().set_tag(run_id, "rlvr.registered_model", f"{name}/{v.version}")
+    if model_id:   # the model's page lists its versions from this tag (what mlflow.register_model writes)
+        from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+        have = json.loads(c.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS, "[]"))
+        c.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
+            have + [{"name": name, "version": str(v.version)}])})
+    c.set_tag(run_id, "rlvr.registered_model", f"{name}/{v.version}")
     return f"{name}/{v.version}"
 
 
@@ -394,11 +436,12 @@ def log_tables(run_id: str, out: Path, max_bytes: int) -> list[str]:
 
 def copy_evaluation(policy_run_id: str, eval_run_id: str, ident: dict[str, str], summary: dict) -> None:
     """An evaluation's numbers also on the run that produced the evaluated policy, under the
-    evaluation target (``heldout/mean_at_k``, ``math500/pass_at_1``): the training runs'
-    table then compares methods without joining runs. The latest evaluation of a target wins."""
+    evaluation target (``heldout/mean_at_k``, ``math500/pass_at_1``), and as metrics of its
+    logged model: the training runs' table (and the Models tab) then compares methods without
+    joining runs. The latest evaluation of a target wins."""
     target = ident.get("benchmark") or "heldout"
     metrics = {f"{target}/mean_at_k": summary["mean_at_k"], f"{target}/maj_at_k": summary["maj_at_k"],
                **{f"{target}/pass_at_{k}": v for k, v in (summary.get("pass_at_k") or {}).items()}}
     t = MlflowTracker(policy_run_id)
-    t.log_metrics(metrics)
+    t.log_metrics(metrics, model_id=client().get_run(policy_run_id).data.tags.get("rlvr.logged_model"))
     t.set_tags({f"rlvr.eval.{target}": eval_run_id})

@@ -160,18 +160,32 @@ def test_system_metrics_on_training_runs_only(home):
     assert not any(k.startswith("system/") for k in _run(cell["evaluate vsr"]).data.metrics)
 
 
-def test_weights_logged_and_registered_once(home, tmp_path):
+def test_weights_logged_as_model_and_registered_once(home, tmp_path):
+    """The policy is a logged model that is an output of its training run (the Models column),
+    holding the weights; the registry version points at that model; the held-out evaluation
+    is also the model's metric."""
     c = lineage.client()
     cell = _cell()
     for m in ("grpo", "vsr"):
         rid = cell[f"train {m}"]["run_id"]
-        arts = {a.path for a in c.list_artifacts(rid, "model")}
-        assert arts == {"model/model.safetensors", "model/config.json"}
-        got = Path(c.download_artifacts(rid, "model/model.safetensors", str(tmp_path)))
-        assert got.read_bytes() == (Path(cell[f"train {m}"]["uri"]) / "model" / "model.safetensors").read_bytes()
+        run = _run(cell[f"train {m}"])
+        assert [a.path for a in c.list_artifacts(rid, "model")] == []   # not twice: once, in the model
+        [out] = run.outputs.model_outputs
+        model = c.get_logged_model(out.model_id)
+        assert (model.name, model.source_run_id, str(model.status)) == (f"sw-tiny-{m}", rid, "READY")
+        assert model.params["train.method"] == m and model.tags["rlvr.label"] == f"tiny-{m}-s0"
+        assert run.data.tags["rlvr.logged_model"] == model.model_id
+        assert {a.path for a in c.list_logged_model_artifacts(model.model_id)} == {"model.safetensors", "config.json"}
         versions = c.search_model_versions(f"name = 'sw.tiny.{m}'")
-        assert [(str(v.version), v.run_id, v.source) for v in versions] == [("1", rid, f"runs:/{rid}/model")]
-        assert _run(cell[f"train {m}"]).data.tags["rlvr.registered_model"] == f"sw.tiny.{m}/1"
+        assert [(str(v.version), v.run_id, v.source) for v in versions] == [("1", rid, f"models:/{model.model_id}")]
+        assert json.loads(c.get_logged_model(model.model_id).tags["mlflow.modelVersions"]) == \
+               [{"name": f"sw.tiny.{m}", "version": "1"}]
+        assert run.data.tags["rlvr.registered_model"] == f"sw.tiny.{m}/1"
+        import mlflow
+        got = Path(mlflow.artifacts.download_artifacts(f"models:/sw.tiny.{m}/1", dst_path=str(tmp_path / m)))
+        assert (got / "model.safetensors").read_bytes() == \
+               (Path(cell[f"train {m}"]["uri"]) / "model" / "model.safetensors").read_bytes()
+        assert {x.key: x.value for x in model.metrics}["heldout/mean_at_k"] == 0.25
     assert {a.path for a in c.list_artifacts(cell["pretrain"]["run_id"], "model")} == set()  # toy pretrain: none
     again = _cell()  # a cached rerun: no new run, no new version
     assert all(again[k]["cached"] for k in again if k != "parent")
@@ -182,6 +196,13 @@ def test_weights_logged_and_registered_once(home, tmp_path):
                        cell={"model": "tiny", "method": "vsr", "seed": 0})
     vs = sorted((str(v.version), v.run_id) for v in c.search_model_versions("name = 'sw.tiny.vsr'"))
     assert vs == [("1", cell["train vsr"]["run_id"]), ("2", forced["run_id"])]   # a version per run
+    # the spooled outputs record replayed (an outage at the end): the same model, the same version
+    rec = {"stage": "train", "final": forced["uri"], "ident": {"model": "tiny", "method": "vsr", "seed": "0",
+                                                                "label": "tiny-vsr-s0"},
+           "sweep": "sw", "key": forced["cache_key"], "summary": forced["summary"], "upstream": {}}
+    lineage.log_outputs_record(forced["run_id"], rec)
+    assert len(c.get_run(forced["run_id"]).outputs.model_outputs) == 1
+    assert len(c.search_model_versions("name = 'sw.tiny.vsr'")) == 2
 
 
 def test_heavy_weights_stay_in_the_store(home, monkeypatch):
@@ -189,9 +210,16 @@ def test_heavy_weights_stay_in_the_store(home, monkeypatch):
     cell = _cell(methods=("vsr",))
     rid = cell["train vsr"]["run_id"]
     assert [a.path for a in lineage.client().list_artifacts(rid, "model")] == []
-    assert "kept at" in _run(cell["train vsr"]).data.tags["rlvr.weights"]
+    run = _run(cell["train vsr"])
+    assert "kept at" in run.data.tags["rlvr.weights"]
+    model = lineage.client().get_logged_model(run.outputs.model_outputs[0].model_id)
+    assert model.tags["mlflow.model.isExternal"] == "true"
+    where = (Path(cell["train vsr"]["uri"]) / "model").as_uri()
+    assert model.tags["rlvr.weights_uri"] == where
     v = lineage.client().search_model_versions("name = 'sw.tiny.vsr'")[0]
-    assert v.source == (Path(cell["train vsr"]["uri"]) / "model").as_uri()
+    assert v.source == where
+    assert json.loads(lineage.client().get_logged_model(model.model_id).tags["mlflow.modelVersions"]) == \
+           [{"name": "sw.tiny.vsr", "version": "1"}]
 
 
 def test_evaluation_on_the_training_run_and_tables(home):

@@ -1,7 +1,7 @@
 """MLflow side of lineage: one client per tracking URI, experiments with an explicit
 artifact location, the stage ``Tracker`` backed by one run (addressed by id), the parent
 run of a sweep, and what a stage run carries besides its params and metrics: system
-metrics while training, the trained policy as a logged model and its registered version, its
+metrics while training, the trained policy (``components.tracking_models``), its
 results as MLflow tables, and an evaluation's numbers copied onto the evaluated policy's
 run (so that one runs table compares methods). mlflow itself is imported lazily (2-3 s).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,6 @@ from components.error_text import one_line
 _MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
 # Without this tag MLflow 3's UI treats an experiment as GenAI and opens an empty overview.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
-# Stages whose output holds a policy under ``model/`` (a hub model's pretrain writes none).
-WEIGHTS_DIR = {"train": "model", "pretrain": "model"}
-WEIGHTS_MAX_MB_ENV = "RLVR_MLFLOW_WEIGHTS_MAX_MB"   # larger weights stay in the artifact store only
 
 
 # ---------------------------------------------------------------- mlflow helpers
@@ -114,7 +110,8 @@ class MlflowTracker:
     def log_metrics(self, metrics: dict[str, float], step: int | None = None, model_id: str | None = None) -> None:
         """``model_id``: the rows also count as that logged model's metrics (its page, the Models tab)."""
         ts = int(time.time() * 1000)
-        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] + ([model_id] if model_id else [])
+        extra = [model_id] if model_id else []
+        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0, *extra]
                                                 for k, v in metrics.items()])
         if self._held is not None and step is not None:
             self._held.append(rec)
@@ -234,10 +231,19 @@ def start_sweep_run(sweep_name: str, config: dict) -> str:
 def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = None) -> None:
     """Close the sweep's parent run. With the ``tables`` stage's result, the run also answers
     the sweep's question: its description is the results table headed by the winning
-    method, and each method's headline numbers are parent-run metrics."""
+    method, and each method's headline numbers are parent-run metrics. Every close records
+    the whole run's wall time, first start to now (``rlvr.wall_time``, ``sweep/wall_time_s``)."""
     if tables and status == "FINISHED":
         summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
-    client().set_terminated(run_id, status)
+    from components import sweep_runs
+    c = client()
+    run, end = c.get_run(run_id), int(time.time() * 1000)
+    closes = json.loads(run.data.tags.get("rlvr.closes", "[]")) + [[status, end]]
+    wall = (end - run.info.start_time) / 1000
+    c.log_metric(run_id, "sweep/wall_time_s", wall, timestamp=end, step=len(closes))
+    c.set_tag(run_id, "rlvr.closes", json.dumps(closes))
+    c.set_tag(run_id, "rlvr.wall_time", sweep_runs.wall_time_text(run.info.start_time, closes))
+    c.set_terminated(run_id, status, end_time=end)
 
 
 def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]:
@@ -267,7 +273,9 @@ def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]
                      f"{'heldout' if 'eval_set' not in df else best['eval_set']}, best of "
                      f"{', '.join(head['method'])}).\n")
     text = "\n".join(lines) + "\n" + text
-    note = f"\n\n[all tables and plots: run {tables_run}]\n" if tables_run else ""
+    from components.run_card import run_link
+    link = run_link(c.get_run(tables_run).info.experiment_id, tables_run) if tables_run else ""
+    note = f"\n\n[All tables and plots: the tables run]({link})\n" if tables_run else ""
     if len(text) + len(note) > _MAX_TAG:
         text = text[:_MAX_TAG - len(note) - 30] + "\n\n... (cut: see tables.md)"
     MlflowTracker(run_id).log_metrics(metrics)
@@ -307,7 +315,8 @@ def latest_tables_run(sweep: str):
 def runs_url(base: str, experiment_id: str) -> str:
     """The experiment's runs table in the MLflow UI at ``base``; ``workflowType`` switches the
     UI (which remembers the last choice, GenAI by default) to its machine-learning view."""
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    from components.run_card import ML_VIEW
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{ML_VIEW}"
 
 
 # ---------------------------------------------------------------- what a stage run carries
@@ -327,98 +336,6 @@ def system_metrics(run_id: str, enabled: bool):
         yield
     finally:
         mon.finish()
-
-
-def _dir_mb(d: Path) -> float:
-    return sum(p.stat().st_size for p in d.rglob("*") if p.is_file()) / 2**20
-
-
-def logged_model_name(sweep: str, ident: dict[str, str], stage: str) -> str:
-    """``<sweep>-<model>-<method>``: the registered name with dashes (a logged model's name
-    may not hold a dot)."""
-    from components.sweep import slug
-    parts = [sweep] + ([slug(ident["model"])] if "model" in ident else []) + [ident.get("method") or stage]
-    return "-".join(parts).replace(".", "-")
-
-
-def log_weights(tracker: MlflowTracker, stage: str, out: Path) -> str | None:
-    """The policy under ``out/model`` as an MLflow logged model that is an output of the run
-    (the runs table's Models column, the model's page with the run's params and its
-    evaluation). Its files are the model's artifacts; above ``RLVR_MLFLOW_WEIGHTS_MAX_MB``
-    (default 1024) the weights stay in the artifact store and the model is external. Returns
-    the URI the registry points at (``models:/<id>``, or the store's directory), None when
-    there is no policy. A replay or retry of the same run finds the model it logged."""
-    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-    d = out / WEIGHTS_DIR[stage] if stage in WEIGHTS_DIR else None
-    if d is None or not d.is_dir():
-        return None
-    c = client()
-    run = c.get_run(tracker.run_id)
-    cap, mb = float(os.environ.get(WEIGHTS_MAX_MB_ENV, "1024")), _dir_mb(d)
-    external = mb > cap
-    mid = run.data.tags.get("rlvr.logged_model")
-    if not (mid and c.get_logged_model(mid).status == LoggedModelStatus.READY):
-        tags = {k: v for k, v in run.data.tags.items() if k.startswith("rlvr.") and k != "rlvr.error"}
-        ident = {k: tags[f"rlvr.{k}"] for k in ("model", "method") if f"rlvr.{k}" in tags}
-        params = {k: v for k, v in run.data.params.items() if k.startswith(f"{stage}.")}
-        model = c.create_logged_model(run.info.experiment_id, name=logged_model_name(tags.get("rlvr.sweep", "rlvr"),
-                                                                                     ident, stage),
-                                      source_run_id=tracker.run_id, model_type="policy", params=params,
-                                      tags={**tags, **({"mlflow.model.isExternal": "true", "rlvr.weights_uri":
-                                                        d.as_uri()} if external else {})})
-        mid = model.model_id
-        try:
-            if not external:
-                c.log_model_artifacts(mid, str(d))
-        except BaseException:
-            c.finalize_logged_model(mid, LoggedModelStatus.FAILED)
-            raise
-        c.finalize_logged_model(mid, LoggedModelStatus.READY)
-        c.log_outputs(tracker.run_id, [LoggedModelOutput(mid, 0)])
-        c.set_tag(tracker.run_id, "rlvr.logged_model", mid)   # read back by register_policy and a replay
-        c.set_tag(tracker.run_id, "rlvr.weights", f"{mb:.0f} MB > {WEIGHTS_MAX_MB_ENV}={cap:g}: kept at {d} only"
-                  if external else f"{mb:.1f} MB logged as model {mid}")
-    return d.as_uri() if external else f"models:/{mid}"
-
-
-def registered_model_name(sweep: str, ident: dict[str, str]) -> str:
-    from components.sweep import slug
-    return ".".join([sweep] + ([slug(ident["model"])] if "model" in ident else []) + [ident["method"]])
-
-
-def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str, key: str) -> str:
-    """One registered model per sweep x model x method, one version per training run that
-    was computed (a cache hit creates no run, so registers nothing; a retry of the same run
-    finds its version), linked to the run's logged model. Returns ``name/version``."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-    c = client()
-    name = registered_model_name(sweep, ident)
-    mine = c.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
-    if mine:
-        return f"{name}/{mine[0].version}"
-    try:
-        c.create_registered_model(name, tags={"rlvr.sweep": sweep, **{f"rlvr.{k}": ident[k] for k in
-                                                                      ("model", "method") if k in ident}},
-                                  description=f"Policies trained with {ident['method']} from "
-                                              f"{ident.get('model', 'the base policy')} in sweep {sweep}; "
-                                              "one version per training run.")
-    except MlflowException as e:
-        if e.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    model_id = c.get_run(run_id).data.tags.get("rlvr.logged_model")
-    # a local registry resolves ``models:/<id>`` through the process-wide tracking store
-    mlflow.set_tracking_uri(tracking_uri())
-    v = c.create_model_version(name, source, run_id=run_id, model_id=model_id,
-                               tags={"rlvr.cache_key": key, **{f"rlvr.{k}": x for k, x in ident.items()}},
-                               description=f"run {run_id}, {ident.get('label', '')}")
-    if model_id:   # the model's page lists its versions from this tag (what mlflow.register_model writes)
-        from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
-        have = json.loads(c.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS, "[]"))
-        c.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
-            have + [{"name": name, "version": str(v.version)}])})
-    c.set_tag(run_id, "rlvr.registered_model", f"{name}/{v.version}")
-    return f"{name}/{v.version}"
 
 
 def log_tables(run_id: str, out: Path, max_bytes: int) -> list[str]:
@@ -445,3 +362,8 @@ def copy_evaluation(policy_run_id: str, eval_run_id: str, ident: dict[str, str],
     t = MlflowTracker(policy_run_id)
     t.log_metrics(metrics, model_id=client().get_run(policy_run_id).data.tags.get("rlvr.logged_model"))
     t.set_tags({f"rlvr.eval.{target}": eval_run_id})
+
+
+# the trained policy as a logged model and its registry version (lineage calls them through here)
+from components.tracking_models import (WEIGHTS_DIR, WEIGHTS_MAX_MB_ENV, log_weights,  # noqa: E402,F401
+                                        register_policy, registered_model_name)

@@ -6,6 +6,7 @@ below write a real safetensors policy and an evaluation summary, as the real sta
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,8 @@ def test_params_under_stage_prefix_description_and_commit(home):
     note = r.data.tags["mlflow.note.content"]
     exp = r.info.experiment_id
     for name, res in (("model", cell["pretrain"]), ("hard", cell["filter_hard"])):
-        assert f"- `{name}`: [{_run(res).info.run_name}](#/experiments/{exp}/runs/{res['run_id']})" in note
+        link = f"#/experiments/{exp}/runs/{res['run_id']}?workflowType=machine_learning"
+        assert f"- `{name}`: [{_run(res).info.run_name}]({link})" in note
     assert cell["train vsr"]["cache_key"] in note and cell["train vsr"]["uri"] in note
     commit = run_card.git_commit()
     assert commit and len(commit) == 40 and r.data.tags["mlflow.source.git.commit"] == commit
@@ -288,3 +290,26 @@ def test_rlvr_ui_names_a_missing_sweep(home):
     r = subprocess.run([sys.executable, "-m", "components.cli", "ui", "nope"], cwd=Path(__file__).resolve().parents[1],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and r.stderr.strip() == f"no MLflow experiment 'nope' in sqlite:///{home / 'mlflow.db'}"
+
+
+def test_whole_run_wall_time_over_reruns(home):
+    """A cleared and rerun sweep closes its run twice: the run records the whole span, first
+    start to last end, with each close, not the rerun's time alone."""
+    from components import sweep_runs
+    c = lineage.client()
+    rid, _ = sweep_runs.open_sweep_run("sw", {"name": "sw", "methods": ["vsr"]}, "rlvr_sw/manual__1")
+    tracking.end_sweep_run(rid, "FAILED")
+    first = c.get_run(rid)
+    assert sweep_runs.open_sweep_run("sw", {}, "rlvr_sw/manual__1")[0] == rid   # the rerun reopens it
+    time.sleep(1.1)
+    tracking.end_sweep_run(rid, "FINISHED")
+    run = c.get_run(rid)
+    closes = json.loads(run.data.tags["rlvr.closes"])
+    assert [st for st, _ in closes] == ["FAILED", "FINISHED"] and closes[1][1] == run.info.end_time
+    walls = [m.value for m in c.get_metric_history(rid, "sweep/wall_time_s")]
+    start = run.info.start_time
+    assert walls == [(first.info.end_time - start) / 1000, (run.info.end_time - start) / 1000]
+    assert walls[1] - walls[0] >= 1.0 and run.info.status == "FINISHED"
+    text = sweep_runs.sweep_wall_time("rlvr_sw/manual__1")
+    assert text == run.data.tags["rlvr.wall_time"] and "closed 2 times: FAILED at " in text and ", FINISHED at " in text
+    assert sweep_runs.sweep_wall_time("rlvr_sw/other") is None

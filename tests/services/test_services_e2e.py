@@ -226,7 +226,7 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert f"whole run: {sweep2.data.tags['rlvr.wall_time']}" in r.stderr
     assert header["note"] == f"Whole run (first start to last end, all reruns): {sweep2.data.tags['rlvr.wall_time']}"
     rerun_s = (_ts(header["end_date"]) - _ts(header["start_date"])).total_seconds()
-    assert sweep2.data.metrics["sweep/wall_time_s"] > rerun_s + 5, (sweep2.data.metrics, header)   # not just the rerun
+    assert sweep2.data.metrics["sweep/wall_time_s"] > rerun_s + 5, (sweep2.data.metrics, header)   # not the rerun only
     raw = af.call("GET", f"/dags/rlvr_svc/dagRuns/{run2}/taskInstances/train/logs/2",
                   params={"map_index": victim["map_index"], "full_content": True}, headers={"Accept": "application/json"})
     errors = [x for x in raw["content"] if isinstance(x, dict) and x.get("level") in ("error", "critical")]

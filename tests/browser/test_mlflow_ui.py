@@ -47,10 +47,13 @@ def test_runs_page_lists_readable_names(services_sweep, mlflow, page, shots):
         sweep_rows.nth(i).locator("button").first.click()
     for name in CELL_RUNS:
         expect(page.get_by_role("link", name=name, exact=True).first).to_be_visible()
-    for method in ("grpo", "vsr"):   # the Models column: the policy's registered version, as in the registry
-        row = page.locator('[role="row"]').filter(has=page.get_by_role("link", name=f"train tiny {method} s0",
-                                                                       exact=True))
-        expect(row.first).to_contain_text(f"{services_sweep.name}.tiny.{method}")
+    trains = mlflow[0].search_runs([exp_id], "tags.`rlvr.stage` = 'train'")
+    for run in trains:   # the Models column: the policy's registered version, as in the registry
+        # the grid draws a row as several row elements (pinned name, scrolled cells) sharing its row-id
+        cells = page.locator(f'[role="row"][row-id="{run.info.run_id}"]')
+        registered = f"{services_sweep.name}.tiny.{run.data.tags['rlvr.method']}"
+        expect(cells.filter(has_text=registered).first).to_be_visible()
+    assert {r.data.tags["rlvr.method"] for r in trains} == {"grpo", "vsr"}
     page.screenshot(path=str(shots / "mlflow-runs.png"), full_page=True)
     print(f"screenshot: {shots / 'mlflow-runs.png'}")
 

@@ -5,6 +5,7 @@ that logged model. Called by ``components.lineage`` through ``components.trackin
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -19,6 +20,24 @@ WEIGHTS_MAX_MB_ENV = "RLVR_MLFLOW_WEIGHTS_MAX_MB"   # larger weights stay in the
 def client():
     from components.tracking import client as tracking_client   # tracking imports this module
     return tracking_client()
+
+
+@contextlib.contextmanager
+def _process_tracking_uri():
+    """A local (sqlite) registry resolves ``models:/<id>`` through MLflow's process-wide
+    tracking URI, which ``set_tracking_uri`` also exports as MLFLOW_TRACKING_URI (and that
+    variable picks this process's store): both are this store's for the call only."""
+    from mlflow.tracking._tracking_service import utils
+    env, before = os.environ.get("MLFLOW_TRACKING_URI"), utils._tracking_uri
+    utils.set_tracking_uri(tracking_uri())
+    try:
+        yield
+    finally:
+        utils.set_tracking_uri(before)
+        if env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env
 
 
 def _dir_mb(d: Path) -> float:
@@ -82,7 +101,6 @@ def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str,
     """One registered model per sweep x model x method, one version per training run that
     was computed (a cache hit creates no run, so registers nothing; a retry of the same run
     finds its version), linked to the run's logged model. Returns ``name/version``."""
-    import mlflow
     from mlflow.exceptions import MlflowException
     c = client()
     name = registered_model_name(sweep, ident)
@@ -99,11 +117,10 @@ def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str,
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     model_id = c.get_run(run_id).data.tags.get("rlvr.logged_model")
-    # a local registry resolves ``models:/<id>`` through the process-wide tracking store
-    mlflow.set_tracking_uri(tracking_uri())
-    v = c.create_model_version(name, source, run_id=run_id, model_id=model_id,
-                               tags={"rlvr.cache_key": key, **{f"rlvr.{k}": x for k, x in ident.items()}},
-                               description=f"run {run_id}, {ident.get('label', '')}")
+    with _process_tracking_uri():
+        v = c.create_model_version(name, source, run_id=run_id, model_id=model_id,
+                                   tags={"rlvr.cache_key": key, **{f"rlvr.{k}": x for k, x in ident.items()}},
+                                   description=f"run {run_id}, {ident.get('label', '')}")
     if model_id:   # the model's page lists its versions from this tag (what mlflow.register_model writes)
         from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
         have = json.loads(c.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS, "[]"))

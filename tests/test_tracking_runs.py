@@ -184,7 +184,9 @@ def test_weights_logged_as_model_and_registered_once(home, tmp_path):
                [{"name": f"sw.tiny.{m}", "version": "1"}]
         assert run.data.tags["rlvr.registered_model"] == f"sw.tiny.{m}/1"
         import mlflow
-        got = Path(mlflow.artifacts.download_artifacts(f"models:/sw.tiny.{m}/1", dst_path=str(tmp_path / m)))
+        with pytest.MonkeyPatch.context() as mp:   # as a user reads it: their shell names the store
+            mp.setenv("MLFLOW_TRACKING_URI", lineage.tracking_uri())
+            got = Path(mlflow.artifacts.download_artifacts(f"models:/sw.tiny.{m}/1", dst_path=str(tmp_path / m)))
         assert (got / "model.safetensors").read_bytes() == \
                (Path(cell[f"train {m}"]["uri"]) / "model" / "model.safetensors").read_bytes()
         assert {x.key: x.value for x in model.metrics}["heldout/mean_at_k"] == 0.25
@@ -205,6 +207,8 @@ def test_weights_logged_as_model_and_registered_once(home, tmp_path):
     lineage.log_outputs_record(forced["run_id"], rec)
     assert len(c.get_run(forced["run_id"]).outputs.model_outputs) == 1
     assert len(c.search_model_versions("name = 'sw.tiny.vsr'")) == 2
+    import os
+    assert "MLFLOW_TRACKING_URI" not in os.environ   # registering left the process's store as it was
 
 
 def test_heavy_weights_stay_in_the_store(home, monkeypatch):

@@ -77,9 +77,15 @@ def run_name(stage: str, ident: dict[str, str]) -> str:
     return " ".join(parts)
 
 
+# MLflow 3's UI opens in its GenAI view unless the address says otherwise; there a run
+# without a logged model (every stage run but training) is listed under "Evaluations".
+ML_VIEW = "workflowType=machine_learning"
+
+
 def run_link(experiment_id: str, run_id: str) -> str:
-    """A link the MLflow UI (a hash-routed page) resolves against its own address."""
-    return f"#/experiments/{experiment_id}/runs/{run_id}"
+    """A link the MLflow UI (a hash-routed page) resolves against its own address, in its
+    machine-learning view (the run under "Runs", not "Evaluations")."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}"
 
 
 def description(stage: str, version: Any, sweep: str, key: str, output: Path,

@@ -1,7 +1,7 @@
 """MLflow side of lineage: one client per tracking URI, experiments with an explicit
 artifact location, the stage ``Tracker`` backed by one run (addressed by id), the parent
 run of a sweep, and what a stage run carries besides its params and metrics: system
-metrics while training, the trained weights and their registered model version, its
+metrics while training, the trained policy (``components.tracking_models``), its
 results as MLflow tables, and an evaluation's numbers copied onto the evaluated policy's
 run (so that one runs table compares methods). mlflow itself is imported lazily (2-3 s).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import os
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,6 @@ from components.error_text import one_line
 _MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
 # Without this tag MLflow 3's UI treats an experiment as GenAI and opens an empty overview.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
-# Stages whose output holds a policy under ``model/`` (a hub model's pretrain writes none).
-WEIGHTS_DIR = {"train": "model", "pretrain": "model"}
-WEIGHTS_MAX_MB_ENV = "RLVR_MLFLOW_WEIGHTS_MAX_MB"   # larger weights stay in the artifact store only
 
 
 # ---------------------------------------------------------------- mlflow helpers
@@ -47,7 +44,7 @@ def _send_batch(run_id: str, rec: dict) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
     kind = rec["kind"]
-    make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3]), 1000),
+    make, size = {"metrics": (lambda x: Metric(x[0], x[1], x[2], x[3], model_id=x[4] if len(x) > 4 else None), 1000),
                   "params": (lambda x: Param(x[0], x[1]), 100), "tags": (lambda x: RunTag(x[0], x[1]), 100)}[kind]
     items = [make(x) for x in rec["items"]]
     for i in range(0, len(items), size):
@@ -110,9 +107,12 @@ class MlflowTracker:
         self._held_file = tracking_spool.Spool(spool_dir / f"{run_id}.held") if spool_dir and hold_until_commit \
             else None
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None, model_id: str | None = None) -> None:
+        """``model_id``: the rows also count as that logged model's metrics (its page, the Models tab)."""
         ts = int(time.time() * 1000)
-        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0] for k, v in metrics.items()])
+        extra = [model_id] if model_id else []
+        rec = tracking_spool.record("metrics", [[k[:_MAX_KEY], float(v), ts, step or 0, *extra]
+                                                for k, v in metrics.items()])
         if self._held is not None and step is not None:
             self._held.append(rec)
             if self._held_file is not None:
@@ -231,18 +231,25 @@ def start_sweep_run(sweep_name: str, config: dict) -> str:
 def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = None) -> None:
     """Close the sweep's parent run. With the ``tables`` stage's result, the run also answers
     the sweep's question: its description is the results table headed by the winning
-    method, and each method's headline numbers are parent-run metrics."""
+    method, and each method's headline numbers are parent-run metrics. Every close records
+    the whole run's wall time, first start to now (``rlvr.wall_time``, ``sweep/wall_time_s``)."""
     if tables and status == "FINISHED":
         summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
-    client().set_terminated(run_id, status)
+    from components import sweep_runs
+    c = client()
+    run, end = c.get_run(run_id), int(time.time() * 1000)
+    closes = json.loads(run.data.tags.get("rlvr.closes", "[]")) + [[status, end]]
+    wall = (end - run.info.start_time) / 1000
+    c.log_metric(run_id, "sweep/wall_time_s", wall, timestamp=end, step=len(closes))
+    c.set_tag(run_id, "rlvr.closes", json.dumps(closes))
+    c.set_tag(run_id, "rlvr.wall_time", sweep_runs.wall_time_text(run.info.start_time, closes))
+    c.set_terminated(run_id, status, end_time=end)
 
 
 def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]:
     """``<method>/<eval set>_mean_at_k`` (and ``<method>/tokens_per_update`` where the tokens
     table has both) for each trained method of the sweep, and the results table as the
     run's Markdown description; returns the metrics."""
-    import json
-
     import pandas as pd
     c = client()
     text = (out / "tables.md").read_text()
@@ -266,7 +273,9 @@ def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]
                      f"{'heldout' if 'eval_set' not in df else best['eval_set']}, best of "
                      f"{', '.join(head['method'])}).\n")
     text = "\n".join(lines) + "\n" + text
-    note = f"\n\n[all tables and plots: run {tables_run}]\n" if tables_run else ""
+    from components.run_card import run_link
+    link = run_link(c.get_run(tables_run).info.experiment_id, tables_run) if tables_run else ""
+    note = f"\n\n[All tables and plots: the tables run]({link})\n" if tables_run else ""
     if len(text) + len(note) > _MAX_TAG:
         text = text[:_MAX_TAG - len(note) - 30] + "\n\n... (cut: see tables.md)"
     MlflowTracker(run_id).log_metrics(metrics)
@@ -306,7 +315,8 @@ def latest_tables_run(sweep: str):
 def runs_url(base: str, experiment_id: str) -> str:
     """The experiment's runs table in the MLflow UI at ``base``; ``workflowType`` switches the
     UI (which remembers the last choice, GenAI by default) to its machine-learning view."""
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    from components.run_card import ML_VIEW
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{ML_VIEW}"
 
 
 # ---------------------------------------------------------------- what a stage run carries
@@ -328,57 +338,6 @@ def system_metrics(run_id: str, enabled: bool):
         mon.finish()
 
 
-def _dir_mb(d: Path) -> float:
-    return sum(p.stat().st_size for p in d.rglob("*") if p.is_file()) / 2**20
-
-
-def log_weights(tracker: MlflowTracker, stage: str, out: Path) -> str | None:
-    """The policy under ``out/model`` as the run's ``model/`` artifact; returns the URI the
-    registry should point at (the run's artifact, or the store's directory when the weights
-    are above ``RLVR_MLFLOW_WEIGHTS_MAX_MB``, default 1024), None when there is no policy."""
-    d = out / WEIGHTS_DIR[stage] if stage in WEIGHTS_DIR else None
-    if d is None or not d.is_dir():
-        return None
-    cap, mb = float(os.environ.get(WEIGHTS_MAX_MB_ENV, "1024")), _dir_mb(d)
-    if mb > cap:
-        tracker.set_tags({"rlvr.weights": f"{mb:.0f} MB > {WEIGHTS_MAX_MB_ENV}={cap:g}: kept at {d} only"})
-        return d.as_uri()
-    tracker.log_artifact(d, WEIGHTS_DIR[stage])
-    tracker.set_tags({"rlvr.weights": f"{mb:.1f} MB logged as artifact {WEIGHTS_DIR[stage]}/"})
-    return f"runs:/{tracker.run_id}/{WEIGHTS_DIR[stage]}"
-
-
-def registered_model_name(sweep: str, ident: dict[str, str]) -> str:
-    from components.sweep import slug
-    return ".".join([sweep] + ([slug(ident["model"])] if "model" in ident else []) + [ident["method"]])
-
-
-def register_policy(run_id: str, sweep: str, ident: dict[str, str], source: str, key: str) -> str:
-    """One registered model per sweep x model x method, one version per training run that
-    was computed (a cache hit creates no run, so registers nothing; a retry of the same run
-    finds its version). Returns ``name/version``."""
-    from mlflow.exceptions import MlflowException
-    c = client()
-    name = registered_model_name(sweep, ident)
-    mine = c.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
-    if mine:
-        return f"{name}/{mine[0].version}"
-    try:
-        c.create_registered_model(name, tags={"rlvr.sweep": sweep, **{f"rlvr.{k}": ident[k] for k in
-                                                                      ("model", "method") if k in ident}},
-                                  description=f"Policies trained with {ident['method']} from "
-                                              f"{ident.get('model', 'the base policy')} in sweep {sweep}; "
-                                              "one version per training run.")
-    except MlflowException as e:
-        if e.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    v = c.create_model_version(name, source, run_id=run_id,
-                               tags={"rlvr.cache_key": key, **{f"rlvr.{k}": x for k, x in ident.items()}},
-                               description=f"run {run_id}, {ident.get('label', '')}")
-    client().set_tag(run_id, "rlvr.registered_model", f"{name}/{v.version}")
-    return f"{name}/{v.version}"
-
-
 def log_tables(run_id: str, out: Path, max_bytes: int) -> list[str]:
     """Every CSV of the output as an MLflow table (``tables/<name>.json``), which the UI shows
     as a table rather than a file to download."""
@@ -394,11 +353,17 @@ def log_tables(run_id: str, out: Path, max_bytes: int) -> list[str]:
 
 def copy_evaluation(policy_run_id: str, eval_run_id: str, ident: dict[str, str], summary: dict) -> None:
     """An evaluation's numbers also on the run that produced the evaluated policy, under the
-    evaluation target (``heldout/mean_at_k``, ``math500/pass_at_1``): the training runs'
-    table then compares methods without joining runs. The latest evaluation of a target wins."""
+    evaluation target (``heldout/mean_at_k``, ``math500/pass_at_1``), and as metrics of its
+    logged model: the training runs' table (and the Models tab) then compares methods without
+    joining runs. The latest evaluation of a target wins."""
     target = ident.get("benchmark") or "heldout"
     metrics = {f"{target}/mean_at_k": summary["mean_at_k"], f"{target}/maj_at_k": summary["maj_at_k"],
                **{f"{target}/pass_at_{k}": v for k, v in (summary.get("pass_at_k") or {}).items()}}
     t = MlflowTracker(policy_run_id)
-    t.log_metrics(metrics)
+    t.log_metrics(metrics, model_id=client().get_run(policy_run_id).data.tags.get("rlvr.logged_model"))
     t.set_tags({f"rlvr.eval.{target}": eval_run_id})
+
+
+# the trained policy as a logged model and its registry version (lineage calls them through here)
+from components.tracking_models import (WEIGHTS_DIR, WEIGHTS_MAX_MB_ENV, log_weights,  # noqa: E402,F401
+                                        register_policy, registered_model_name)

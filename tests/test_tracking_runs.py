@@ -6,6 +6,7 @@ below write a real safetensors policy and an evaluation summary, as the real sta
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,8 @@ def test_params_under_stage_prefix_description_and_commit(home):
     note = r.data.tags["mlflow.note.content"]
     exp = r.info.experiment_id
     for name, res in (("model", cell["pretrain"]), ("hard", cell["filter_hard"])):
-        assert f"- `{name}`: [{_run(res).info.run_name}](#/experiments/{exp}/runs/{res['run_id']})" in note
+        link = f"#/experiments/{exp}/runs/{res['run_id']}?workflowType=machine_learning"
+        assert f"- `{name}`: [{_run(res).info.run_name}]({link})" in note
     assert cell["train vsr"]["cache_key"] in note and cell["train vsr"]["uri"] in note
     commit = run_card.git_commit()
     assert commit and len(commit) == 40 and r.data.tags["mlflow.source.git.commit"] == commit
@@ -160,18 +162,34 @@ def test_system_metrics_on_training_runs_only(home):
     assert not any(k.startswith("system/") for k in _run(cell["evaluate vsr"]).data.metrics)
 
 
-def test_weights_logged_and_registered_once(home, tmp_path):
+def test_weights_logged_as_model_and_registered_once(home, tmp_path):
+    """The policy is a logged model that is an output of its training run (the Models column),
+    holding the weights; the registry version points at that model; the held-out evaluation
+    is also the model's metric."""
     c = lineage.client()
     cell = _cell()
     for m in ("grpo", "vsr"):
         rid = cell[f"train {m}"]["run_id"]
-        arts = {a.path for a in c.list_artifacts(rid, "model")}
-        assert arts == {"model/model.safetensors", "model/config.json"}
-        got = Path(c.download_artifacts(rid, "model/model.safetensors", str(tmp_path)))
-        assert got.read_bytes() == (Path(cell[f"train {m}"]["uri"]) / "model" / "model.safetensors").read_bytes()
+        run = _run(cell[f"train {m}"])
+        assert [a.path for a in c.list_artifacts(rid, "model")] == []   # not twice: once, in the model
+        [out] = run.outputs.model_outputs
+        model = c.get_logged_model(out.model_id)
+        assert (model.name, model.source_run_id, str(model.status)) == (f"sw-tiny-{m}", rid, "READY")
+        assert model.params["train.method"] == m and model.tags["rlvr.label"] == f"tiny-{m}-s0"
+        assert run.data.tags["rlvr.logged_model"] == model.model_id
+        assert {a.path for a in c.list_logged_model_artifacts(model.model_id)} == {"model.safetensors", "config.json"}
         versions = c.search_model_versions(f"name = 'sw.tiny.{m}'")
-        assert [(str(v.version), v.run_id, v.source) for v in versions] == [("1", rid, f"runs:/{rid}/model")]
-        assert _run(cell[f"train {m}"]).data.tags["rlvr.registered_model"] == f"sw.tiny.{m}/1"
+        assert [(str(v.version), v.run_id, v.source) for v in versions] == [("1", rid, f"models:/{model.model_id}")]
+        assert json.loads(c.get_logged_model(model.model_id).tags["mlflow.modelVersions"]) == \
+               [{"name": f"sw.tiny.{m}", "version": "1"}]
+        assert run.data.tags["rlvr.registered_model"] == f"sw.tiny.{m}/1"
+        import mlflow
+        with pytest.MonkeyPatch.context() as mp:   # as a user reads it: their shell names the store
+            mp.setenv("MLFLOW_TRACKING_URI", lineage.tracking_uri())
+            got = Path(mlflow.artifacts.download_artifacts(f"models:/sw.tiny.{m}/1", dst_path=str(tmp_path / m)))
+        assert (got / "model.safetensors").read_bytes() == \
+               (Path(cell[f"train {m}"]["uri"]) / "model" / "model.safetensors").read_bytes()
+        assert {x.key: x.value for x in model.metrics}["heldout/mean_at_k"] == 0.25
     assert {a.path for a in c.list_artifacts(cell["pretrain"]["run_id"], "model")} == set()  # toy pretrain: none
     again = _cell()  # a cached rerun: no new run, no new version
     assert all(again[k]["cached"] for k in again if k != "parent")
@@ -182,6 +200,15 @@ def test_weights_logged_and_registered_once(home, tmp_path):
                        cell={"model": "tiny", "method": "vsr", "seed": 0})
     vs = sorted((str(v.version), v.run_id) for v in c.search_model_versions("name = 'sw.tiny.vsr'"))
     assert vs == [("1", cell["train vsr"]["run_id"]), ("2", forced["run_id"])]   # a version per run
+    # the spooled outputs record replayed (an outage at the end): the same model, the same version
+    rec = {"stage": "train", "final": forced["uri"], "ident": {"model": "tiny", "method": "vsr", "seed": "0",
+                                                                "label": "tiny-vsr-s0"},
+           "sweep": "sw", "key": forced["cache_key"], "summary": forced["summary"], "upstream": {}}
+    lineage.log_outputs_record(forced["run_id"], rec)
+    assert len(c.get_run(forced["run_id"]).outputs.model_outputs) == 1
+    assert len(c.search_model_versions("name = 'sw.tiny.vsr'")) == 2
+    import os
+    assert "MLFLOW_TRACKING_URI" not in os.environ   # registering left the process's store as it was
 
 
 def test_heavy_weights_stay_in_the_store(home, monkeypatch):
@@ -189,9 +216,16 @@ def test_heavy_weights_stay_in_the_store(home, monkeypatch):
     cell = _cell(methods=("vsr",))
     rid = cell["train vsr"]["run_id"]
     assert [a.path for a in lineage.client().list_artifacts(rid, "model")] == []
-    assert "kept at" in _run(cell["train vsr"]).data.tags["rlvr.weights"]
+    run = _run(cell["train vsr"])
+    assert "kept at" in run.data.tags["rlvr.weights"]
+    model = lineage.client().get_logged_model(run.outputs.model_outputs[0].model_id)
+    assert model.tags["mlflow.model.isExternal"] == "true"
+    where = (Path(cell["train vsr"]["uri"]) / "model").as_uri()
+    assert model.tags["rlvr.weights_uri"] == where
     v = lineage.client().search_model_versions("name = 'sw.tiny.vsr'")[0]
-    assert v.source == (Path(cell["train vsr"]["uri"]) / "model").as_uri()
+    assert v.source == where
+    assert json.loads(lineage.client().get_logged_model(model.model_id).tags["mlflow.modelVersions"]) == \
+           [{"name": "sw.tiny.vsr", "version": "1"}]
 
 
 def test_evaluation_on_the_training_run_and_tables(home):
@@ -260,3 +294,26 @@ def test_rlvr_ui_names_a_missing_sweep(home):
     r = subprocess.run([sys.executable, "-m", "components.cli", "ui", "nope"], cwd=Path(__file__).resolve().parents[1],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and r.stderr.strip() == f"no MLflow experiment 'nope' in sqlite:///{home / 'mlflow.db'}"
+
+
+def test_whole_run_wall_time_over_reruns(home):
+    """A cleared and rerun sweep closes its run twice: the run records the whole span, first
+    start to last end, with each close, not the rerun's time alone."""
+    from components import sweep_runs
+    c = lineage.client()
+    rid, _ = sweep_runs.open_sweep_run("sw", {"name": "sw", "methods": ["vsr"]}, "rlvr_sw/manual__1")
+    tracking.end_sweep_run(rid, "FAILED")
+    first = c.get_run(rid)
+    assert sweep_runs.open_sweep_run("sw", {}, "rlvr_sw/manual__1")[0] == rid   # the rerun reopens it
+    time.sleep(1.1)
+    tracking.end_sweep_run(rid, "FINISHED")
+    run = c.get_run(rid)
+    closes = json.loads(run.data.tags["rlvr.closes"])
+    assert [st for st, _ in closes] == ["FAILED", "FINISHED"] and closes[1][1] == run.info.end_time
+    walls = [m.value for m in c.get_metric_history(rid, "sweep/wall_time_s")]
+    start = run.info.start_time
+    assert walls == [(first.info.end_time - start) / 1000, (run.info.end_time - start) / 1000]
+    assert walls[1] - walls[0] >= 1.0 and run.info.status == "FINISHED"
+    text = sweep_runs.sweep_wall_time("rlvr_sw/manual__1")
+    assert text == run.data.tags["rlvr.wall_time"] and "closed 2 times: FAILED at " in text and ", FINISHED at " in text
+    assert sweep_runs.sweep_wall_time("rlvr_sw/other") is None

@@ -107,6 +107,7 @@ def _follow(af: remote.Airflow, dag_id: str, run_id: str, name: str, print_table
     """Follow the run to its end, print its task table (and the tables on success); the exit code."""
     state, tis = remote.follow(af, dag_id, run_id, _log, timeout=timeout)
     _report(dag_id, state, tis)
+    _whole_run(af, dag_id, run_id)
     if state != "success":
         return 1
     print_tables(name)
@@ -145,6 +146,21 @@ def rerun_on_services(name: str, stage: str, cell: Optional[str], run_id: Option
         return _follow(af, dag_id, run_id, name, print_tables, timeout)
     except ServiceError as e:
         _die(e)
+
+
+def _whole_run(af: remote.Airflow, dag_id: str, run_id: str) -> None:
+    """After a clear, Airflow's run header times the rerun only: print the whole run's wall
+    time (from the sweep's MLflow run, first start to last end) and make it the run's note."""
+    from components import sweep_runs
+    wall = sweep_runs.sweep_wall_time(f"{dag_id}/{run_id}")
+    if wall is None:
+        _log(f"no closed MLflow sweep run for {dag_id}/{run_id}: whole-run time unknown")
+        return
+    _log(f"whole run: {wall}")
+    try:
+        af.set_note(dag_id, run_id, f"Whole run (first start to last end, all reruns): {wall}")
+    except ServiceError as e:   # the run itself is done: say so, keep its exit code
+        _log(f"the run's note was not set: {e}")
 
 
 def _grid_keys(name: str, airflow_run: str) -> list[str]:

@@ -88,6 +88,11 @@ class Airflow:
     def dag_run(self, dag_id: str, run_id: str) -> dict:
         return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
 
+    def set_note(self, dag_id: str, run_id: str, note: str) -> None:
+        """The run's note (its header in the UI shows it; Airflow keeps at most 1000 characters)."""
+        self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", params={"update_mask": "note"},
+                  json={"note": note[:1000]})
+
     def clear(self, dag_id: str, run_id: str, task: str, map_index: int | None = None,
               downstream: bool = True) -> list[dict]:
         """What "Clear" on a task instance in the UI does: it and (by default) its downstream."""

@@ -1,7 +1,8 @@
 """The MLflow UI of the deployment's tracking server after the tiny GRPO + VSR sweep ran
 through Airflow (tests/support/live_services.py): the page `rlvr ui` points at opens on the sweep's
 runs with readable names, and the compare page of the two training runs shows the method
-difference and both training curves; the sweep's own run shows the results table and the winner."""
+difference and both training curves; the sweep's own run shows the results table and the winner;
+the training runs' Models column holds their registered policies."""
 from __future__ import annotations
 
 import json
@@ -46,6 +47,13 @@ def test_runs_page_lists_readable_names(services_sweep, mlflow, page, shots):
         sweep_rows.nth(i).locator("button").first.click()
     for name in CELL_RUNS:
         expect(page.get_by_role("link", name=name, exact=True).first).to_be_visible()
+    trains = mlflow[0].search_runs([exp_id], "tags.`rlvr.stage` = 'train'")
+    for run in trains:   # the Models column: the policy's registered version, as in the registry
+        # the grid draws a row as several row elements (pinned name, scrolled cells) sharing its row-id
+        cells = page.locator(f'[role="row"][row-id="{run.info.run_id}"]')
+        registered = f"{services_sweep.name}.tiny.{run.data.tags['rlvr.method']}"
+        expect(cells.filter(has_text=registered).first).to_be_visible()
+    assert {r.data.tags["rlvr.method"] for r in trains} == {"grpo", "vsr"}
     page.screenshot(path=str(shots / "mlflow-runs.png"), full_page=True)
     print(f"screenshot: {shots / 'mlflow-runs.png'}")
 
@@ -109,6 +117,31 @@ def test_sweep_run_page_shows_the_table_and_the_winner(services_sweep, mlflow, p
     expect(page.get_by_text(f"{winner}/heldout_mean_at_k").first).to_be_visible()   # the metrics table
     page.screenshot(path=str(shots / "mlflow-sweep-run.png"), full_page=True)
     print(f"screenshot: {shots / 'mlflow-sweep-run.png'}")
+
+
+def test_stage_runs_are_runs_not_evaluations(services_sweep, mlflow, page, shots):
+    """MLflow 3's UI files a run without a logged model under "Evaluations" in its default
+    (GenAI) view. A training run has its policy as a logged model; the tables run is reached
+    through the link on the sweep's run, which opens the machine-learning view: both "Runs"."""
+    c, exp_id = mlflow
+    [train] = c.search_runs([exp_id], "tags.`rlvr.stage` = 'train' and tags.`rlvr.method` = 'vsr'")
+    page.goto(f"{services_sweep.services.mlflow}/#/experiments/{exp_id}/runs/{train.info.run_id}")
+    _close_assistant(page)
+    crumb = page.get_by_test_id("experiment-observatory-link-runs")
+    expect(crumb).to_have_text("Runs")
+    expect(page.get_by_text(f"{services_sweep.name}-tiny-vsr").first).to_be_visible()   # its logged model
+    [sweep] = c.search_runs([exp_id], f"tags.`rlvr.airflow_run` = '{services_sweep.dag_id}/{services_sweep.run_id}'")
+    page.goto(f"{services_sweep.services.mlflow}/#/experiments/{exp_id}/runs/{sweep.info.run_id}")
+    expect(crumb).to_have_text("Evaluations")   # the default view, no logged model: what the links avoid
+    # the link sits at the end of the (collapsed) description: follow its own address
+    href = page.get_by_role("link", name="All tables and plots: the tables run").get_attribute("href")
+    [tables] = c.search_runs([exp_id], f"tags.`rlvr.stage` = 'tables' and tags.`mlflow.parentRunId` = "
+                                       f"'{sweep.info.run_id}'")
+    assert href == f"#/experiments/{exp_id}/runs/{tables.info.run_id}?workflowType=machine_learning", href
+    page.goto(f"{services_sweep.services.mlflow}/{href}")
+    expect(page.get_by_text("tables tiny", exact=True).first).to_be_visible()
+    expect(crumb).to_have_text("Runs")
+    page.screenshot(path=str(shots / "mlflow-tables-run.png"), full_page=True)
 
 
 def _close_assistant(page) -> None:

@@ -83,3 +83,8 @@ def test_clearing_the_failed_mapped_task_reruns_it_alone(tmp_path, monkeypatch):
     sweeps = [x for x in stage_runs() if x.data.tags.get("rlvr.kind") == "sweep"]
     assert [x.info.status for x in sweeps] == ["FINISHED"]
     assert {x.data.tags.get("mlflow.parentRunId") for x in vsr} == {sweeps[0].info.run_id}
+    # both closes on it, and its wall time spans both: first start to the rerun's end
+    closes = json.loads(sweeps[0].data.tags["rlvr.closes"])
+    assert [st for st, _ in closes] == ["FAILED", "FINISHED"] and closes[-1][1] == sweeps[0].info.end_time
+    assert "closed 2 times: FAILED at " in sweeps[0].data.tags["rlvr.wall_time"]
+    assert sweeps[0].data.metrics["sweep/wall_time_s"] == (sweeps[0].info.end_time - sweeps[0].info.start_time) / 1000

@@ -170,6 +170,12 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert {"grpo/heldout_mean_at_k", "vsr/heldout_mean_at_k"} <= set(top.metrics), top.metrics
     best = max(("grpo", "vsr"), key=lambda m: top.metrics[f"{m}/heldout_mean_at_k"])
     assert top.metrics[f"{top.tags['rlvr.winner']}/heldout_mean_at_k"] == top.metrics[f"{best}/heldout_mean_at_k"]
+    for x in (x for x in stage_runs if x.data.tags["rlvr.stage"] == "train"):   # the policy: a logged model
+        [out] = x.outputs.model_outputs
+        assert c.get_logged_model(out.model_id).name == f"svc-tiny-{_param(x, 'method')}"
+        [v] = c.search_model_versions(f"name = 'svc.tiny.{_param(x, 'method')}' and run_id = '{x.info.run_id}'")
+        assert v.source == f"models:/{out.model_id}"
+        assert {a.path for a in c.list_logged_model_artifacts(out.model_id)} >= {"model.safetensors", "config.json"}
     vsr = next(x for x in stage_runs if x.data.tags["rlvr.stage"] == "train" and _param(x, "method") == "vsr")
     rewards = [m.value for m in c.get_metric_history(vsr.info.run_id, "reward/mean")]
     assert len(rewards) == 4 and max(rewards) > 0, rewards                 # the real grader scored inside tasks
@@ -211,7 +217,16 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     log = af.task_log("rlvr_svc", run2, "train", 2, victim["map_index"])
     resumed = re.search(r"resumed from step-(\d+)", log)
     assert resumed and int(resumed.group(1)) >= int(ckpt.split("-")[1]), log[-3000:]   # not from step 0
-    assert _sweep_run(c, exp, run2).info.status == "FINISHED"
+    sweep2 = _sweep_run(c, exp, run2)
+    assert sweep2.info.status == "FINISHED"
+    # the whole run's time, first start to last end, on the sweep run, in the output and as the run's note
+    closes = json.loads(sweep2.data.tags["rlvr.closes"])
+    assert [st for st, _ in closes] == ["FAILED", "FINISHED"], closes
+    header = af.dag_run("rlvr_svc", run2)
+    assert f"whole run: {sweep2.data.tags['rlvr.wall_time']}" in r.stderr
+    assert header["note"] == f"Whole run (first start to last end, all reruns): {sweep2.data.tags['rlvr.wall_time']}"
+    rerun_s = (_ts(header["end_date"]) - _ts(header["start_date"])).total_seconds()
+    assert sweep2.data.metrics["sweep/wall_time_s"] > rerun_s + 5, (sweep2.data.metrics, header)   # not the rerun only
     raw = af.call("GET", f"/dags/rlvr_svc/dagRuns/{run2}/taskInstances/train/logs/2",
                   params={"map_index": victim["map_index"], "full_content": True}, headers={"Accept": "application/json"})
     errors = [x for x in raw["content"] if isinstance(x, dict) and x.get("level") in ("error", "critical")]
@@ -261,6 +276,11 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
         steps = [m.step for m in c.get_metric_history(x.info.run_id, "reward/mean")]
         # every row once; run 3 reads the file run 2 edited (steps: 6), no snapshot in its conf
         assert len(steps) == len(set(steps)) == int(_param(x, "steps")), (x.info.run_name, steps)
+
+
+def _ts(iso: str):
+    import datetime as dt
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
 def _sweep_run(c, exp, dag_run_id: str):

@@ -148,10 +148,10 @@ class Sweep(_Strict):
     def _benchmarks(cls, v: list[str]) -> list[str]:
         _no_duplicates(v, "benchmark")
         if v:
-            from components.data.benchmarks import BENCHMARKS  # light: no torch
+            from components.data.benchmarks import benchmark_names  # light: no torch
             for b in v:
-                if b not in BENCHMARKS:
-                    raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(sorted(BENCHMARKS))})")
+                if b not in benchmark_names():
+                    raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(benchmark_names())})")
         return v
 
     @model_validator(mode="after")

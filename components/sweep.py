@@ -21,6 +21,8 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     retries: 2
     kubernetes: {resources: {train: {gpus: 4}}}   # executor: kubernetes only; defaults in
                                                    # components/k8s/settings.py
+    preregistration: {question: ..., seeds: 5, claims: [vsr>grpo], ...}   # a claims study
+                                                   # (components/preregistration.py)
 """
 from __future__ import annotations
 
@@ -31,10 +33,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from components import preregistration
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
 from components.k8s.settings import KubernetesSettings
 from components.methods import registry
+from components.preregistration import Preregistration
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -118,6 +122,9 @@ class Sweep(_Strict):
     # GPU stage pods (image, template, resources) when executor is kubernetes; filled with
     # the defaults then, so the logged sweep config shows what the pods really get.
     kubernetes: KubernetesSettings | None = None
+    # a claims study's pre-registration (components/preregistration.py): checked against the
+    # sweep, judged and printed by the tables stage
+    preregistration: Preregistration | None = None
 
     @field_validator("name")
     @classmethod
@@ -241,6 +248,13 @@ class Sweep(_Strict):
             t = mc.get("teacher")
             if t is not None and t not in self.models and t not in self.teachers:
                 raise FieldError(f"method_config.{meth}.teacher", f"{t!r} is not one of the sweep's models or teachers")
+        return self
+
+    @model_validator(mode="after")
+    def _preregistered(self) -> "Sweep":
+        if self.preregistration is not None:
+            preregistration.check(self.preregistration, self)
+            self.stages.tables = {**self.stages.tables, "preregistration": self.preregistration.model_dump()}
         return self
 
     @model_validator(mode="after")

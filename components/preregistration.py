@@ -81,10 +81,13 @@ def check(pre: Preregistration, sweep: "Sweep") -> None:
     if pre.primary not in pre.eval_sets:
         _fail("primary", f"{pre.primary!r} is not one of eval_sets {sorted(pre.eval_sets)}")
     by_id = {c.id: c for c in CLAIMS}
+    task = "agentic" if any(sweep.task_of(m) for m in sweep.methods) else "math"
     for i, cid in enumerate(pre.claims):
         c = by_id.get(cid)
         if c is None:
             _fail(f"claims[{i}]", f"unknown claim {cid!r} (ids: analysis/paper_claims.py)")
+        if c.task is not None and c.task != task:
+            _fail(f"claims[{i}]", f"{cid!r} is the paper's claim in the {c.task} setting; this sweep is {task}")
         missing = {c.method, c.other} - set(pre.methods)
         if missing:
             _fail(f"claims[{i}]", f"{cid!r} compares {c.method} with {c.other}; not in methods: {sorted(missing)}")

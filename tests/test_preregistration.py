@@ -41,6 +41,9 @@ def test_every_study_is_preregistered_and_the_tables_get_it():
     (lambda d: d["preregistration"].update(claims=["grpo>bse"]), "preregistration.claims[0]", "unknown claim"),
     (lambda d: d["preregistration"].update(claims=["vsr>grpo"]), "preregistration.claims[0]",
      "not in methods: ['vsr']"),
+    (lambda d: (d.update(methods=["grpo", "vsr_no_scoring", "vsr"]), d["preregistration"].update(
+        methods=["grpo", "vsr_no_scoring", "vsr"], claims=["no_scoring<vsr"])), "preregistration.claims[0]",
+     "the paper's claim in the agentic setting; this sweep is math"),
     (lambda d: d["preregistration"].pop("stopping_rule"), "preregistration.stopping_rule", "required"),
     (lambda d: d["preregistration"].update(colour="red"), "preregistration.colour", "unknown key"),
 ])

@@ -12,14 +12,11 @@ Light: pydantic only here; the claim list comes from ``analysis.paper_claims`` (
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.error_text import FieldError
-
-if TYPE_CHECKING:
-    from components.sweep import Sweep
 
 WHERE = "preregistration"
 # a paper effect is written with this many decimals and must match analysis.paper_claims
@@ -49,8 +46,8 @@ def _fail(field: str, problem: str) -> None:
     raise FieldError(f"{WHERE}.{field}", problem)
 
 
-def check(pre: Preregistration, sweep: "Sweep") -> None:
-    """Raise ``FieldError("preregistration.<field>", ...)`` where the block and its sweep differ."""
+def check(pre: Preregistration, sweep: Any) -> None:
+    """``sweep``: the ``components.sweep.Sweep`` being validated (not imported: it imports this). Raise ``FieldError("preregistration.<field>", ...)`` where the block and its sweep differ."""
     from analysis.paper_claims import CLAIMS
     from components.data.arith_benchmark import NAME as ARITH, SPEC
 

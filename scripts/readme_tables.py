@@ -116,7 +116,9 @@ def sweep_tables(name: str) -> str:
     parts = []
     for f in ("tables.md", "claims.md"):
         p = out / f if (out / f).is_file() else Path(c.download_artifacts(run.info.run_id, f))
-        parts.append(_demote(p.read_text()))
+        text = _demote(p.read_text())
+        if not any(text in x for x in parts):  # a pre-registered sweep's tables.md already ends with claims.md
+            parts.append(text)
     how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); "
            f"written here by `scripts/readme_tables.py` from its tables run, never typed; "
            f"{provenance(run.data.tags)}.*\n")

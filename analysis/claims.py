@@ -5,16 +5,25 @@ Evaluated on a sweep it is:
 
 - **supported**: the 95 % interval of the effect lies entirely on the claimed side of zero;
 - **contradicted**: it lies entirely on the other side;
-- **inconclusive**: the interval contains zero, or the evidence is incomplete (said in ``note``):
-  fewer than ``MIN_SEEDS`` training seeds, or a target reached by some seeds only;
+- **smaller than the paper's effect**: the interval contains zero but excludes the paper's
+  effect scaled to this sweep (an equivalence-style test: an effect as large as the paper's is
+  ruled out). Scaling (``PAPER_EFFECT_RULE``): the paper's relative effect
+  (``Claim.paper_effect``: method / other - 1 on its benchmark average) times the ``other``
+  method's measured mean on the judged set; claims without a paper pair of numbers have none;
+- **inconclusive**: the interval contains zero (and the paper's effect, where there is one), or
+  the evidence is incomplete (said in ``note``): fewer than ``MIN_SEEDS`` training seeds, or a
+  target reached by some seeds only -- the study cannot tell;
 - **not tested**: a method of the claim is not in the sweep, the sweep is of the other setting
   (math / agentic) than the paper's claim, the runs do not share the estimator the claim needs,
   or the measure was not logged.
 
 Measures and their intervals (``analysis.stats``):
 
-- ``accuracy``: paired difference of held-out mean@k (method - other) over the same problems
-  and training seeds; hierarchical bootstrap (training seeds, then problems).
+- ``accuracy``: paired difference of mean@k (method - other) over the same problems and
+  training seeds; hierarchical bootstrap (training seeds, then problems). Judged on the first
+  set of ``JUDGED_SETS`` both methods were evaluated on (the embedded task's unfiltered
+  benchmark before the hard held-out split, as the papers judge on their benchmarks), else the
+  first common benchmark.
 - ``tokens_per_update``: paired difference of newly generated tokens per update (discarded
   rollouts included); bootstrap over training seeds, then update steps.
 - ``rollouts_to_target``: paired difference of the rollouts each training seed needs until its
@@ -42,7 +51,14 @@ from analysis.paper_claims import CLAIMS, Claim
 from analysis.stats import Estimate, accuracy_matrix, paired_difference, seed_bootstrap
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
-__all__ = ["CLAIMS", "Claim", "Verdict", "claims_markdown", "evaluate_claim", "evaluate_claims"]
+__all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
+           "evaluate_claims"]
+
+SMALLER = "smaller than the paper's effect"
+VERDICTS = ("supported", "contradicted", SMALLER, "inconclusive", "not tested")
+PAPER_EFFECT_RULE = ("paper's relative effect (method / other - 1 on the paper's benchmark average) "
+                     "x the other method's measured mean on the judged set")
+JUDGED_SETS = ("arith_levels", "heldout")
 
 
 @dataclass
@@ -55,12 +71,15 @@ class Verdict:
     seeds: int = 0
     units: str = ""
     note: str = ""
+    # the paper's effect scaled to this sweep (PAPER_EFFECT_RULE), in the claimed direction
+    paper_effect: float = math.nan
 
     def row(self) -> dict[str, Any]:
         c = self.claim
         return {"paper": c.paper, "claim": c.text, "id": c.id, "measure": c.kind, "verdict": self.verdict,
                 "effect": self.effect, "lo95": self.lo, "hi95": self.hi, "units": self.units,
-                "seeds": self.seeds, "source": c.source, "paper_numbers": c.paper_numbers, "note": self.note}
+                "seeds": self.seeds, "paper_effect_rel": c.paper_effect, "paper_effect_here": self.paper_effect,
+                "source": c.source, "paper_numbers": c.paper_numbers, "note": self.note}
 
 
 # A claim is about methods, not about one training run: with fewer training seeds than this the
@@ -69,20 +88,32 @@ MIN_SEEDS = 2
 
 
 def _capped(v: Verdict) -> Verdict:
-    if v.verdict in ("supported", "contradicted") and v.seeds < MIN_SEEDS:
+    if v.verdict in ("supported", "contradicted", SMALLER) and v.seeds < MIN_SEEDS:
         v.note = (v.note + "; " if v.note else "") + f"{v.seeds} training seed: would be {v.verdict}"
         v.verdict = "inconclusive"
     return v
 
 
-def _decide(c: Claim, e: Estimate) -> str:
+def _decide(c: Claim, e: Estimate, paper: float = math.nan) -> str:
+    """The verdict from the interval; ``paper``: the paper's effect here (> 0, claimed direction)."""
     sign = 1.0 if c.direction == "higher" else -1.0
     lo, hi = sorted((sign * e.lo, sign * e.hi))
     if lo > 0:
         return "supported"
     if hi < 0:
         return "contradicted"
+    if hi < paper:  # NaN (no paper effect) compares False
+        return SMALLER
     return "inconclusive"
+
+
+def _accuracy_verdict(c: Claim, e: Estimate, other_mean: float, seeds: int, note: str) -> Verdict:
+    paper = c.paper_effect * other_mean if c.paper_effect is not None else math.nan
+    verdict = _decide(c, e, paper)
+    sign = 1.0 if c.direction == "higher" else -1.0
+    if verdict == "supported" and max(sign * e.lo, sign * e.hi) < paper:
+        note += f"; the interval excludes the paper's effect here ({sign * paper:+.4g}): smaller"
+    return Verdict(c, verdict, e.mean, e.lo, e.hi, seeds, "mean@k difference", note, sign * paper)
 
 
 def _per_step(runs, method: str, key: str) -> dict[Any, list[float]]:
@@ -135,8 +166,10 @@ def _untestable(c: Claim, results: list[dict], runs: list) -> str | None:
 def _common_set(c: Claim, results: list[dict], eval_set: str | None) -> str | None:
     """The held-out split when both methods were evaluated on it, else the first common benchmark."""
     from analysis.tables import eval_set as set_of
+    rank = {s: i for i, s in enumerate(JUDGED_SETS)}
     common = sorted({set_of(r) for r in results if r["method"] == c.method}
-                    & {set_of(r) for r in results if r["method"] == c.other}, key=lambda x: (x != "heldout", x))
+                    & {set_of(r) for r in results if r["method"] == c.other},
+                    key=lambda x: (rank.get(x, len(rank)), x))
     return eval_set or (common[0] if common else None)
 
 
@@ -158,8 +191,8 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         MA, _, uids = accuracy_matrix(A)
         MR, _, _ = accuracy_matrix(R, uids)
         e = paired_difference(MA, MR)
-        return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, max(MA.shape[0], MR.shape[0]), "mean@k difference",
-                       f"{where}, {e.problems} problems")
+        return _accuracy_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]),
+                                 f"{where}, {e.problems} problems")
     if c.kind == "tokens_per_update":
         a, b = _per_step(runs, c.method, "tokens/generated"), _per_step(runs, c.other, "tokens/generated")
         seeds = sorted(set(a) & set(b), key=str)
@@ -265,24 +298,28 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
 
 
 def evaluate_claims(results: list[dict], runs: list, claims: Sequence[Claim] = CLAIMS,
-                    rollouts_target: float | None = None, window: int = 3, fraction: float = 1.0) -> list[Verdict]:
-    return [evaluate_claim(c, results, runs, rollouts_target, window, fraction=fraction) for c in claims]
+                    rollouts_target: float | None = None, window: int = 3, fraction: float = 1.0,
+                    eval_set: str | None = None) -> list[Verdict]:
+    return [evaluate_claim(c, results, runs, rollouts_target, window, eval_set, fraction) for c in claims]
 
 
 def claims_markdown(verdicts: list[Verdict], title: str = "Paper claims on this sweep") -> str:
     lines = [f"## {title}", "",
              "Verdict from the 95 % interval of the effect (method - other): supported / contradicted when "
-             "it excludes zero on the claimed / opposite side, else inconclusive; \"not tested\" when a "
+             "it excludes zero on the claimed / opposite side; smaller than the paper's effect when it "
+             "contains zero but excludes the paper's effect here (the " + PAPER_EFFECT_RULE + "); else "
+             "inconclusive; \"not tested\" when a "
              "method is not in the sweep or the claim is about the other setting. Intervals: hierarchical "
              "bootstrap over training seeds, then problems (accuracy) or update steps (tokens); over seeds "
              "(rollouts, validation windows). Source: where the paper says it (the seeds' text).", "",
-             "| paper | claim | verdict | effect [95% CI] | measure | seeds | paper's numbers | source | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| paper | claim | verdict | effect [95% CI] | paper's effect here | measure | seeds | paper's numbers "
+             "| source | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for v in verdicts:
         eff = "" if math.isnan(v.effect) else f"{v.effect:+.4g} [{v.lo:+.4g}, {v.hi:+.4g}]"
-        lines.append(f"| {v.claim.paper} | {v.claim.text} | **{v.verdict}** | {eff} | {v.units or v.claim.kind} "
+        paper = "" if math.isnan(v.paper_effect) else f"{v.paper_effect:+.4g} ({v.claim.paper_effect:+.1%})"
+        lines.append(f"| {v.claim.paper} | {v.claim.text} | **{v.verdict}** | {eff} | {paper} | {v.units or v.claim.kind} "
                      f"| {v.seeds or ''} | {v.claim.paper_numbers or 'not in the text'} | {v.claim.source} | {v.note} |")
-    counts = {k: sum(v.verdict == k for v in verdicts)
-              for k in ("supported", "contradicted", "inconclusive", "not tested")}
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     lines += ["", ", ".join(f"{k}: {n}" for k, n in counts.items()), ""]
     return "\n".join(lines)

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:  # imported where a frame is built: sweep validation reads the numbers without pandas
+    import pandas as pd
 
 KEYS = ["paper", "model", "method", "benchmark", "metric"]
 
@@ -136,6 +137,8 @@ ALL_ROWS = VSR_TABLE1 + VIGOR_TABLE1 + VIP_REFERENCE
 
 def paper_frame(rows: Iterable[dict[str, Any]] = ALL_ROWS) -> pd.DataFrame:
     """The rows as a DataFrame (columns KEYS + value, source, note)."""
+    import pandas as pd
+
     df = pd.DataFrame(list(rows))
     for c in ("note",):
         if c not in df:
@@ -164,6 +167,8 @@ def measured_from_results(results: Sequence[dict[str, Any]], models: dict[str, s
     benchmarks present. A result's model is ``models[label prefix]`` if given, else its label
     without the ``-<method>-s<seed>`` / ``-base`` / ``@<benchmark>`` suffixes. Results without
     a ``benchmark`` (the held-out split) are skipped."""
+    import pandas as pd
+
     rows = []
     for r in results:
         bench = r.get("benchmark")
@@ -188,6 +193,8 @@ def side_by_side(paper_rows: Iterable[dict[str, Any]] | pd.DataFrame, measured_d
     ``measured_df`` is long (``model, method, benchmark`` + ``measured`` or ``value``);
     models are matched by :func:`model_key` so an HF id and its slug meet. ``how="outer"``
     also keeps measured rows the paper does not have."""
+    import pandas as pd
+
     paper = paper_rows.copy() if isinstance(paper_rows, pd.DataFrame) else paper_frame(paper_rows)
     paper = paper.rename(columns={"value": "paper_value"})
     meas = measured_df.copy()
@@ -255,6 +262,8 @@ def agentic_side_by_side(results: Sequence[dict[str, Any]], tokens: pd.DataFrame
     measured on whatever environment the sweep ran, named in ``measured_setting``). Rows:
     ``quantity, method, paper_setting, paper_value, measured_setting, measured_value``. Not a
     delta: the settings differ (model size, environment), which the columns say."""
+    import pandas as pd
+
     rows = []
     tok = {} if tokens is None or tokens.empty else {AGENTIC_METHODS.get(r["method"], r["method"]): r
                                                      for r in tokens.to_dict("records")}

@@ -35,6 +35,10 @@ class Claim:
     same_estimator: bool = False
     # what the project lacks to run the comparison (said when a method is missing)
     needs: str = ""
+    # the paper's effect, relative: method / other - 1 on the paper's benchmark average, signed
+    # in the claimed direction (> 0); None when the text gives no pair of numbers to form it.
+    # ``analysis.claims`` scales it to a sweep (PAPER_EFFECT_RULE) for the fourth verdict.
+    paper_effect: float | None = None
 
 
 def _vsr_avg(method: str) -> float:
@@ -43,6 +47,16 @@ def _vsr_avg(method: str) -> float:
 
 def _vsr(a: str, b: str) -> str:
     return f"Llama-3.2-3B-Instruct avg {_vsr_avg(a)} vs {_vsr_avg(b)} (one training run each)"
+
+
+def _vsr_rel(a: str, b: str) -> float:
+    return _vsr_avg(a) / _vsr_avg(b) - 1
+
+
+def _vigor_rel(a: str, b: str) -> float:
+    """The mean over VIGOR Table 1's four models of (a's avg / b's avg - 1)."""
+    name = {v: k for k, v in VIGOR_METHODS.items()}
+    return statistics.mean(rows[name[a]][-1] / rows[name[b]][-1] - 1 for rows in _VIGOR_TABLE1.values())
 
 
 def _vigor(a: str, b: str) -> str:
@@ -73,17 +87,18 @@ CLAIMS: tuple[Claim, ...] = (
           "higher", "sanity check (dags/sweeps/sanity.yaml), not a paper's claim"),
     # ---- VSR, math (hard OpenR1 subset, mean@16)
     Claim("VSR", "vsr>grpo", "VSR beats GRPO on the hard subset", "accuracy", "vsr", "grpo", "higher",
-          _TABLE1, _vsr("vsr", "grpo"), task="math"),
+          _TABLE1, _vsr("vsr", "grpo"), task="math", paper_effect=_vsr_rel("vsr", "grpo")),
     Claim("VSR", "vsr>static_prefix", "VSR beats static uniform expert-prefix resets", "accuracy", "vsr",
           "static_prefix", "higher", "VSR Table 1 controls paragraph (math results); Appendix D.5",
-          _vsr("vsr", "static_prefix"), task="math"),
+          _vsr("vsr", "static_prefix"), task="math", paper_effect=_vsr_rel("vsr", "static_prefix")),
     Claim("VSR", "static_prefix>grpo", "Static expert-prefix resets beat GRPO (privileged resets explain part "
           "of the gain)", "accuracy", "static_prefix", "grpo", "higher",
-          "VSR Table 1 controls paragraph (math results); Appendix D.5", _vsr("static_prefix", "grpo"), task="math"),
+          "VSR Table 1 controls paragraph (math results); Appendix D.5", _vsr("static_prefix", "grpo"), task="math",
+          paper_effect=_vsr_rel("static_prefix", "grpo")),
     Claim("VSR", "vsr>reinforce_ada_est", "VSR beats Reinforce-Ada-Est at a matched response budget "
           "(prompt-level reallocation alone does not reproduce the gain)", "accuracy", "vsr", "reinforce_ada_est",
           "higher", "VSR Table 1 controls paragraph (math results); Appendix D.5 Reinforce-Ada-Est paragraph",
-          _vsr("vsr", "reinforce_ada_est"), task="math"),
+          _vsr("vsr", "reinforce_ada_est"), task="math", paper_effect=_vsr_rel("vsr", "reinforce_ada_est")),
     Claim("VSR", "vsr>sft", "VSR beats SFT on the same expert traces", "accuracy", "vsr", "sft", "higher",
           "VSR math setup (VSR+GRPO vs SFT on the same expert trajectories; Table 1)", task="math"),
     Claim("VSR", "grpo<base", "GRPO's final accuracy ends up below the base model on the hard subset",
@@ -98,7 +113,8 @@ CLAIMS: tuple[Claim, ...] = (
           "VSR Table 2 (Sokoban, BabyAI; mostly single runs)", task="agentic"),
     Claim("VSR", "no_scoring<vsr", "Uniform replay (VSR w/o scoring) is worse than σ̂-weighted VSR", "accuracy",
           "vsr_no_scoring", "vsr", "lower", "VSR Figure 6; Appendix D.5 Qwen2.5-1.5B BabyAI runs", _babyai(),
-          task="agentic"),
+          task="agentic", paper_effect=1 - statistics.mean(VSR_BABYAI_RUNS["uniform_gigpo"])
+          / statistics.mean(VSR_BABYAI_RUNS["vsr_gigpo"])),
     Claim("VSR", "no_recency>vsr@early", "VSR w/o recency outperforms full VSR initially (early window of "
           "validation)", "val_early", "vsr_no_recency", "vsr", "higher",
           "VSR ablation paragraphs (Figure 6): 'outperforms full VSR initially'", task="agentic"),
@@ -113,7 +129,7 @@ CLAIMS: tuple[Claim, ...] = (
       for o in ("grpo", "greso", "rl_zvp")),
     *(Claim("VIGOR", f"vigor>{o}", f"VIGOR beats {name} in accuracy at a matched rollout budget", "accuracy",
             "vigor", o, "higher", "VIGOR Table 1 (avg column, all four models); Section 5.2",
-            _vigor("vigor", o), task="math")
+            _vigor("vigor", o), task="math", paper_effect=_vigor_rel("vigor", o))
       for o, name in (("grpo", "GRPO"), ("greso", "GRESO-r"), ("rl_zvp", "RL-ZVP"))),
     *(Claim("VIGOR", f"vigor>{m}", f"Variance-based selection beats {what} selection at the same budget",
             "accuracy", "vigor", m, "higher", "VIGOR Section 5.3, Figure 5 (left), Qwen2.5-3B", task="math",
@@ -128,7 +144,7 @@ CLAIMS: tuple[Claim, ...] = (
           "VIGOR Sections 1-2 (DAPO's larger rollout pool: large computational overhead)"),
     Claim("RL-ZVP", "rl_zvp>grpo", "RL-ZVP beats GRPO in accuracy", "accuracy", "rl_zvp", "grpo", "higher",
           "RL-ZVP (Le et al., 2026; not among the seeds); the seeds' numbers are VIGOR Table 1's",
-          _vigor("rl_zvp", "grpo"), task="math"),
+          _vigor("rl_zvp", "grpo"), task="math", paper_effect=_vigor_rel("rl_zvp", "grpo")),
     # ---- VIP (an AI summary of the paper: Main Findings)
     Claim("VIP", "vip>base_estimator", "VIP beats uniform allocation with the same base estimator "
           "(RLOO+VIP vs RLOO, Dr.GRPO+VIP vs Dr.GRPO)", "accuracy", "vip", "grpo", "higher",

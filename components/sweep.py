@@ -21,6 +21,8 @@ Shape (see ``dags/sweeps/demo.yaml``)::
     retries: 2
     kubernetes: {resources: {train: {gpus: 4}}}   # executor: kubernetes only; defaults in
                                                    # components/k8s/settings.py
+    preregistration: {question: ..., seeds: 5, claims: [vsr>grpo], ...}   # a claims study
+                                                   # (components/preregistration.py)
 """
 from __future__ import annotations
 
@@ -31,10 +33,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from components import preregistration
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
 from components.k8s.settings import KubernetesSettings
 from components.methods import registry
+from components.preregistration import Preregistration
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -121,6 +125,9 @@ class Sweep(_Strict):
     # GPU stage pods (image, template, resources) when executor is kubernetes; filled with
     # the defaults then, so the logged sweep config shows what the pods really get.
     kubernetes: KubernetesSettings | None = None
+    # a claims study's pre-registration (components/preregistration.py): checked against the
+    # sweep, judged and printed by the tables stage
+    preregistration: Preregistration | None = None
 
     @field_validator("name")
     @classmethod
@@ -151,10 +158,10 @@ class Sweep(_Strict):
     def _benchmarks(cls, v: list[str]) -> list[str]:
         _no_duplicates(v, "benchmark")
         if v:
-            from components.data.benchmarks import BENCHMARKS  # light: no torch
+            from components.data.benchmarks import benchmark_names  # light: no torch
             for b in v:
-                if b not in BENCHMARKS:
-                    raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(sorted(BENCHMARKS))})")
+                if b not in benchmark_names():
+                    raise ValueError(f"unknown benchmark {b!r} (known: {', '.join(benchmark_names())})")
         return v
 
     @model_validator(mode="after")
@@ -264,6 +271,13 @@ class Sweep(_Strict):
         if fm is not None and fm not in self.models:
             raise FieldError("stages.filter_hard.filter_model", f"{fm!r} is not one of the sweep's models "
                              f"({', '.join(self.models)}): the hard subset comes from a model that is pretrained here")
+        return self
+
+    @model_validator(mode="after")
+    def _preregistered(self) -> "Sweep":
+        if self.preregistration is not None:
+            preregistration.check(self.preregistration, self)
+            self.stages.tables = {**self.stages.tables, "preregistration": self.preregistration.model_dump()}
         return self
 
     @model_validator(mode="after")

@@ -4,6 +4,8 @@ A block is the text between ``<!-- rlvr:NAME -->`` and ``<!-- /rlvr:NAME sha256:
 
 - ``rlvr:facts.X`` is written from the repository itself (``FACTS``): the method list from the
   method registries, the bad-input corpus sizes from the corpus files;
+- ``rlvr:power.SWEEP`` holds the power calculation (``analysis/power.py``) on the evaluate
+  results behind sweep SWEEP's latest finished ``tables`` run (a study's pilot);
 - any other ``rlvr:SWEEP`` holds the ``tables.md`` and ``claims.md`` of sweep SWEEP's latest
   finished ``tables`` stage run in $RLVR_HOME (the files ``rlvr tables SWEEP`` prints).
 
@@ -114,7 +116,9 @@ def sweep_tables(name: str) -> str:
     parts = []
     for f in ("tables.md", "claims.md"):
         p = out / f if (out / f).is_file() else Path(c.download_artifacts(run.info.run_id, f))
-        parts.append(_demote(p.read_text()))
+        text = _demote(p.read_text())
+        if not any(text in x for x in parts):  # a pre-registered sweep's tables.md already ends with claims.md
+            parts.append(text)
     how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); "
            f"written here by `scripts/readme_tables.py` from its tables run, never typed; "
            f"{provenance(run.data.tags)}.*\n")
@@ -136,9 +140,25 @@ def _demote(md: str) -> str:
     return re.sub(r"(?m)^## ", "#### ", md)
 
 
+def power_tables(name: str) -> str:
+    """The power calculation on the evaluate results behind the sweep's latest tables run."""
+    from analysis.power import PROBLEM_COUNTS, power_markdown, sweep_results
+    from components import tracking
+
+    try:
+        run = tracking.latest_tables_run(name)
+    except LookupError as e:
+        raise LookupError(f"{e} (run: rlvr sweep dags/sweeps/{name}.yaml)") from None
+    how = (f"*Printed by `python -m analysis.power {name}`; written here by `scripts/readme_tables.py`, never "
+           f"typed; from the evaluate results of the sweep's tables run, {provenance(run.data.tags)}.*\n")
+    return how + "\n" + _demote(power_markdown(sweep_results(name), PROBLEM_COUNTS))
+
+
 def source_body(name: str) -> str:
     """The body block ``name`` should hold (LookupError: a sweep with no finished tables run)."""
-    return FACTS[name]() if name in FACTS else sweep_tables(name)
+    if name in FACTS:
+        return FACTS[name]()
+    return power_tables(name[len("power."):]) if name.startswith("power.") else sweep_tables(name)
 
 
 def check(texts: dict[str, str], names: list[str], require_runs: bool) -> int:

@@ -33,12 +33,13 @@ from typing import Annotated, Any, Callable, Iterator, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, model_validator
 
+from components.data import arith_benchmark
 from components.data.loaders import LoadReport, OnError, Problems, collect, iter_rows
 from components.data.schema import (AnswerText, DataError, OptionalAnswerText, Problem, Row, answer_text, null_as,
                                     validate_row)
 from components.error_text import FieldError
 
-__all__ = ["BENCHMARKS", "BenchmarkSpec", "load_benchmark", "benchmark_root", "strip_math_delims",
+__all__ = ["BENCHMARKS", "GENERATED", "BenchmarkSpec", "benchmark_names", "load_benchmark", "benchmark_root", "strip_math_delims",
            "split_math_spans", "split_top_level", "olympiad_answers", "canonical_gold"]
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data" / "benchmarks"
@@ -305,6 +306,16 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
 )}
 
 
+# benchmarks drawn from a pinned generator spec instead of read from a file (name -> loader);
+# ``arith_levels`` is the embedded task's unfiltered benchmark (components.data.arith_benchmark)
+GENERATED: dict[str, Callable[[], list[Problem]]] = {arith_benchmark.NAME: arith_benchmark.load}
+
+
+def benchmark_names() -> list[str]:
+    """Every name ``load_benchmark`` accepts: the shipped files' and the generated ones."""
+    return sorted([*BENCHMARKS, *GENERATED])
+
+
 def benchmark_root(root: str | Path | None = None) -> Path:
     """``root``, else ``$RLVR_BENCHMARK_ROOT``, else the repository's ``data/benchmarks``."""
     return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
@@ -325,9 +336,12 @@ def load_benchmark(name: str, root: str | Path | None = None, *, file: str | Non
     """The problems of benchmark ``name`` (one of :data:`BENCHMARKS`) with gold answers
     normalised by the benchmark's rule. ``file`` picks another shipped copy (e.g.
     ``aime25_matharena.jsonl``); ``source="hf"`` reads the Hugging Face dataset (``hf_name``
-    overrides the default name). Returns a list with ``.report`` (see ``loaders.LoadReport``)."""
+    overrides the default name). Returns a list with ``.report`` (see ``loaders.LoadReport``).
+    A :data:`GENERATED` benchmark is drawn (and its digest checked) whatever the other arguments."""
+    if name in GENERATED:
+        return Problems(GENERATED[name](), LoadReport(f"{name} (generated)"))
     if name not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark '{name}' (known: {', '.join(sorted(BENCHMARKS))})")
+        raise KeyError(f"unknown benchmark '{name}' (known: {', '.join(benchmark_names())})")
     spec = BENCHMARKS[name]
     if source == "hf":
         rows, where = _hf_rows(spec, hf_name), hf_name or spec.hf[0]

@@ -6,7 +6,8 @@ tables can show the spread), unbiased pass@k for each ``pass_ks`` (Chen et al. 2
 and maj@k (majority vote over the answers as the grader extracts them: boxes listed together
 vote as one multi-part answer). With ``benchmark`` set, the problems are
 that benchmark's (``components.data.benchmarks.load_benchmark``) instead of the ``hard``
-input's split; real models use ``prompt_template="chat"``. The model input is either the base
+input's split (``arith_levels``, the embedded task's unfiltered benchmark, is refused when it
+shares a problem with the ``hard`` input's training file); real models use ``prompt_template="chat"``. The model input is either the base
 policy (``pretrain``) or a ``train`` output; ``label`` names the row in the tables.
 """
 from __future__ import annotations
@@ -52,8 +53,8 @@ class Params(StageParams):
     prompt_template: Literal["raw", "chat"] = "raw"
     grading_timeout_s: float = Field(5.0, gt=0)
     threads: int | None = None
-    # A benchmark of components.data.benchmarks.BENCHMARKS (aime24, math500, ...): problems come
-    # from load_benchmark(benchmark) instead of the ``hard`` input's ``split`` (the input stays
+    # A benchmark of components.data.benchmarks.benchmark_names() (math500, arith_levels, ...):
+    # problems come from load_benchmark(benchmark) instead of the ``hard`` input's ``split`` (the input stays
     # wired by the DAG, unused then). None = the held-out split, as before.
     benchmark: str | None = None
     protocol: Literal["vsr", "vigor", "vip"] | None = None
@@ -69,9 +70,9 @@ class Params(StageParams):
     @field_validator("benchmark")
     @classmethod
     def _known_benchmark(cls, v: str | None) -> str | None:
-        from components.data.benchmarks import BENCHMARKS
-        if v is not None and v not in BENCHMARKS:
-            raise ValueError(f"unknown benchmark {v!r} (known: {', '.join(sorted(BENCHMARKS))})")
+        from components.data.benchmarks import benchmark_names
+        if v is not None and v not in benchmark_names():
+            raise ValueError(f"unknown benchmark {v!r} (known: {', '.join(benchmark_names())})")
         return v
 
 
@@ -89,10 +90,14 @@ def run(params: Params, ctx: StageContext) -> dict:
     model_dir = ctx.input("model")
     train_summary = json.loads((model_dir / "summary.json").read_text()) if (model_dir / "summary.json").is_file() else {}
     if params.benchmark is not None:
+        from components.data import arith_benchmark
         from components.data.benchmarks import load_benchmark
         problems = list(load_benchmark(params.benchmark))[: params.max_problems]
         if not problems:
             raise ValueError(f"evaluate: benchmark {params.benchmark!r} has no problems")
+        if params.benchmark == arith_benchmark.NAME:  # the embedded task's: never scored after training on it
+            arith_benchmark.check_disjoint(problems, read_problems(ctx.input("hard") / "train.jsonl"),
+                                           f"{ctx.input('hard')}/train.jsonl")
     else:
         problems = read_problems(ctx.input("hard") / f"{params.split}.jsonl")[: params.max_problems]
         if not problems:

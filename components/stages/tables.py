@@ -11,7 +11,9 @@ and the generated tokens per update by method (``tokens_per_update.png``). Alway
 claim's verdict on this sweep (``claims.md`` / ``claims.csv``; ``analysis.claims``), and the
 share of each method's evaluation samples graded ``no_answer``/``unparsable``/``timeout``/``error``
 (``grading_reasons.csv``; from each evaluation's ``samples.jsonl``), so that a change in grading
-shows in the results.
+shows in the results. With the sweep's ``preregistration``, claims.md (and the end of
+tables.md) opens with the pre-registration and gives its claims' verdicts on its primary set,
+then on each other evaluation set.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ INPUTS = ("eval_*", "run_*", "tokens")
 
 
 class Params(StageParams):
+    ADDED_FIELDS = ("preregistration",)
     title: str = "held-out hard subset"
     # vsr_agentic: the seed's agentic numbers (token accounting, BabyAI runs) beside this sweep's
     paper: Literal["vsr", "vigor", "vip", "vsr_agentic"] | None = None
@@ -39,6 +42,9 @@ class Params(StageParams):
     reference: str = "grpo"
     # validation points in the trailing mean before comparing with the target
     smooth_window: int = Field(3, ge=1)
+    # the sweep's pre-registration (filled from the sweep file's block; components/preregistration.py):
+    # printed beside the verdicts, its claims judged on its primary set, then on each other set
+    preregistration: dict | None = None
 
 
 def run(params: Params, ctx: StageContext) -> dict:
@@ -46,7 +52,6 @@ def run(params: Params, ctx: StageContext) -> dict:
 
     import pandas as pd
 
-    from analysis.claims import claims_markdown, evaluate_claims
     from analysis.plots import accuracy_bars, training_curves
     from analysis.rollouts import tokens_per_update_plot
     from analysis.tables import accuracy_table, readable, to_markdown
@@ -93,12 +98,45 @@ def run(params: Params, ctx: StageContext) -> dict:
         out["paper_rows_measured"] = _paper_agentic(results, tokens, ctx)
     elif params.paper is not None:
         out["paper_rows_measured"] = _paper(params, results, ctx)
-    verdicts = evaluate_claims(results, runs, rollouts_target=params.rollouts_target,
-                               window=params.smooth_window, fraction=params.rollouts_fraction)
-    (ctx.out_dir / "claims.md").write_text(claims_markdown(verdicts))
-    pd.DataFrame([v.row() for v in verdicts]).to_csv(ctx.out_dir / "claims.csv", index=False)
-    out["claims"] = {v.claim.id: v.verdict for v in verdicts}
+    verdicts, text = _claims(params, results, runs)
+    (ctx.out_dir / "claims.md").write_text(text)
+    if params.preregistration is not None:
+        with open(ctx.out_dir / "tables.md", "a") as f:
+            f.write("\n" + text)
+    pd.DataFrame([{**v.row(), "eval_set": where} for where, vs in verdicts for v in vs]).to_csv(
+        ctx.out_dir / "claims.csv", index=False)
+    out["claims"] = {v.claim.id: v.verdict for v in verdicts[0][1]}
+    if len(verdicts) > 1:
+        out["claims_by_set"] = {where: {v.claim.id: v.verdict for v in vs} for where, vs in verdicts}
     return {**out, "plots": [p.name for p in plots]}
+
+
+def _claims(params: Params, results: list, runs: list) -> tuple[list, str]:
+    """[(eval set, verdicts)] and their Markdown: every claim on the default set; with a
+    pre-registration, its block, then its claims on its primary set, then on each other set."""
+    from analysis.claims import CLAIMS, claims_markdown, evaluate_claims
+    from analysis.tables import eval_set
+    from components.preregistration import markdown
+
+    kw = dict(rollouts_target=params.rollouts_target, window=params.smooth_window,
+              fraction=params.rollouts_fraction)
+    pre = params.preregistration
+    if pre is None:
+        verdicts = evaluate_claims(results, runs, **kw)
+        return [(None, verdicts)], claims_markdown(verdicts)
+    claims = [c for c in CLAIMS if c.id in pre["claims"]]
+    sets = [pre["primary"]] + [s for s in pre["eval_sets"] if s != pre["primary"]]
+    have = {eval_set(r) for r in results}
+    if pre["primary"] not in have:
+        raise ValueError(f"tables: preregistration.primary {pre['primary']!r} has no evaluation among the inputs "
+                         f"(evaluated: {sorted(have)})")
+    # the second measures repeat the accuracy claims only (the others do not depend on the set)
+    out = [(s, evaluate_claims(results, runs, [c for c in claims if s == pre["primary"] or c.kind == "accuracy"],
+                               eval_set=s, **kw)) for s in sets if s in have]
+    text = markdown(pre) + "\n" + "\n".join(
+        claims_markdown(vs, f"Pre-registered claims on {s}" + (" (the judged set)" if s == pre["primary"]
+                                                               else " (second measure)")) for s, vs in out)
+    return out, text
 
 
 def _grading_reasons(samples: list):

@@ -185,3 +185,51 @@ def test_relative_gain_is_compared_across_model_sizes():
     assert model_size("meta-llama/Llama-3.2-3B-Instruct") == 3.0
     with pytest.raises(ValueError, match="no model size"):
         model_size("tiny")
+
+
+@pytest.mark.parametrize("lo, hi, direction, verdict", [
+    (0.01, 0.05, "higher", "supported"),
+    (-0.05, -0.01, "higher", "contradicted"),
+    (-0.02, 0.03, "higher", "smaller than the paper's effect"),      # excludes the paper's +0.04
+    (-0.02, 0.06, "higher", "inconclusive"),                         # contains zero and the paper's effect
+    (-0.03, 0.02, "lower", "smaller than the paper's effect"),       # claimed side is negative: excludes -0.04
+    (-0.06, 0.02, "lower", "inconclusive"),
+    (-0.05, -0.01, "lower", "supported"),
+])
+def test_four_verdicts_from_constructed_intervals(lo, hi, direction, verdict):
+    from analysis.claims import Estimate, _decide
+    c = next(c for c in CLAIMS if c.id == "vsr>grpo")
+    c = type(c)(**{**c.__dict__, "direction": direction})
+    assert _decide(c, Estimate((lo + hi) / 2, lo, hi, 5, 100), paper=0.04) == verdict
+    if verdict == "smaller than the paper's effect":                 # without a paper effect it cannot tell
+        assert _decide(c, Estimate((lo + hi) / 2, lo, hi, 5, 100)) == "inconclusive"
+
+
+def bench(r):
+    return {**r, "benchmark": "arith_levels", "split": None, "label": r["label"] + "@arith_levels"}
+
+
+def test_smaller_than_the_paper_on_the_benchmark_and_inconclusive_when_it_cannot_tell():
+    rng = np.random.default_rng(6)
+    p = rng.uniform(0.3, 0.7, size=1000)
+    # VSR equal to GRPO on a large benchmark: the interval (about +-0.01) excludes 24 % of ~0.5
+    res = [bench(result(m, s, accuracies(rng, p, 1000))) for m in ("grpo", "vsr") for s in range(5)]
+    # the hard held-out split beside it, where everything is near zero: the benchmark is judged
+    res += [result(m, s, accuracies(rng, 0.02, 60)) for m in ("grpo", "vsr") for s in range(5)]
+    v = {x.claim.id: x for x in evaluate_claims(res, [])}["vsr>grpo"]
+    assert v.verdict == "smaller than the paper's effect" and "arith_levels, 1000 problems" in v.note
+    assert v.paper_effect == pytest.approx(0.2403 * np.mean([r["mean_at_k"] for r in res[:5]]), rel=1e-3)
+    assert v.lo < 0 < v.hi < v.paper_effect
+    held = {x.claim.id: x for x in evaluate_claims(res, [], eval_set="heldout")}["vsr>grpo"]
+    assert held.verdict == "inconclusive" and "heldout, 60 problems" in held.note   # 24 % of 0.02: unmeasurable
+    md = claims_markdown([v, held])
+    assert "smaller than the paper's effect: 1" in md and "inconclusive: 1" in md and "(+24.0%)" in md
+
+
+def test_supported_but_smaller_says_so():
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0.3, 0.6, size=1000)
+    res = [bench(result("grpo", s, accuracies(rng, p, 1000))) for s in range(5)]
+    res += [bench(result("vsr", s, accuracies(rng, np.clip(p + 0.03, 0, 1), 1000))) for s in range(5)]
+    v = {x.claim.id: x for x in evaluate_claims(res, [])}["vsr>grpo"]
+    assert v.verdict == "supported" and "excludes the paper's effect here" in v.note

@@ -176,3 +176,32 @@ def test_grading_reason_shares_per_method(tmp_path):
     (inputs["eval_tiny-vsr-s0"] / "samples.jsonl").write_text('{"reason": "correct"}\n{"reason": "maybe"}\n')
     with pytest.raises(ValueError, match=r"samples.jsonl: line 2: field 'reason' is 'maybe'"):
         tables.run(tables.Params(), ctx)
+
+
+def test_a_preregistered_sweep_prints_its_block_and_judges_its_claims_on_its_primary_set(tmp_path):
+    import yaml
+
+    from components.sweep import parse_sweep
+    d = yaml.safe_load(open("dags/sweeps/study_pilot.yaml"))
+    pre = parse_sweep(d, "study_pilot.yaml").stages.tables["preregistration"]
+    results = [_result(f"tiny-grpo-s{s}@arith_levels", "grpo", "arith_levels", 0.6, s) for s in range(3)]
+    results += [_result("tiny-base@arith_levels", "base", "arith_levels", 0.4, None)]
+    results += [{**_result(f"tiny-grpo-s{s}", "grpo", None, 0.5, s), "split": "heldout"} for s in range(3)]
+    results += [{**_result("tiny-base", "base", None, 0.5, None), "split": "heldout"}]
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(out_dir=out, work_dir=tmp_path / "w", inputs=_write_inputs(tmp_path / "in", results, []),
+                       tracker=NullTracker())
+    res = tables.run(tables.Params(reference="base", preregistration=pre), ctx)
+    assert res["claims"] == {"grpo>base": "supported"}                       # +0.2 on every problem, 3 seeds
+    assert res["claims_by_set"]["heldout"] == {"grpo>base": "inconclusive"}  # equal there
+    text = (out / "claims.md").read_text()
+    assert text.startswith("## Pre-registration (committed before the run)")
+    assert "| claims judged on | arith_levels |" in text and "## Pre-registered claims on arith_levels (the judged" in text
+    assert "## Pre-registered claims on heldout (second measure)" in text
+    assert text in (out / "tables.md").read_text()
+    assert set(pd.read_csv(out / "claims.csv")["eval_set"]) == {"arith_levels", "heldout"}
+    with pytest.raises(ValueError, match="preregistration.primary 'arith_levels' has no evaluation"):
+        tables.run(tables.Params(reference="base", preregistration=pre), StageContext(
+            out_dir=out, work_dir=tmp_path / "w", tracker=NullTracker(),
+            inputs=_write_inputs(tmp_path / "in2", results[4:], [])))

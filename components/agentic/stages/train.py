@@ -4,7 +4,7 @@ Inputs as the math train stage: ``model`` (base policy), ``hard`` (kept map seed
 seeds, the environment), ``prefixes`` (expert episodes; empty unless asked for). Outputs as
 the math train stage (``model/``, ``metrics.jsonl``, ``tokens.json``, ``summary.json``), so
 ``tokens`` and ``tables`` read them unchanged. ``backend: verl`` runs the same methods on verl
-(``components/agentic/verl_trainer.py``: Ray, verl's FSDP actor, vLLM servers driven by the
+(``components/trainer/verl``: Ray, verl's FSDP actor, vLLM servers driven by the
 multi-turn ``EpisodeAgentLoop``; on a machine without a GPU verl's CPU platform, as the math
 verl backend).
 """
@@ -42,9 +42,9 @@ class Params(EpisodeTrainConfig):
 
 def run(params: Params, ctx: StageContext) -> dict:
     if params.backend == "verl":
-        from components.agentic.verl_trainer import train_agentic_with_verl
+        from components.trainer.verl.run import train_with_verl
 
-        return train_agentic_with_verl(params, ctx)
+        return train_with_verl(params, ctx)
     from components.agentic.stages.common import env_factory, read_env
     from components.agentic.trainer import EpisodeTrainer
     from components.stages.common import load_model, read_json, set_threads

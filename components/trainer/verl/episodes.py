@@ -1,6 +1,6 @@
-"""Episodes <-> verl ``DataProto``: the requests the agentic verl trainer sends to
-``EpisodeAgentLoop`` and the training rows it builds from what comes back. Pure (needs verl's
-``DataProto``, no Ray, no workers), so it is tested offline.
+"""Episodes <-> verl ``DataProto``: the requests the verl trainer sends to
+``agent_loop.EpisodeAgentLoop`` and the training rows it builds from what comes back. Pure
+(needs verl's ``DataProto``, no Ray, no workers), so it is tested offline.
 
 Requests: one row per episode (a ``Start``'s ``n`` episodes adjacent, starts in order), all in
 ``non_tensor_batch`` (verl's agent-loop workers pass those to ``run`` as kwargs); a per-episode
@@ -13,7 +13,7 @@ Training rows, by layout:
   trainer's ``turn_rows``, so GiGPO's advantages are the embedded trainer's, number for number.
 * ``serialized``: one row per episode as the agent loop returned it (observations inside the
   response with ``response_mask`` 0); each turn's advantage is spread over its reply tokens
-  (``verl_loop.token_advantages``) and is 0 on observation tokens and padding.
+  (``agent_loop.token_advantages``) and is 0 on observation tokens and padding.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def serialized_training_rows(out, runs: Sequence[EpisodeRun], turn_advantages: S
     """The agent loop's rows as they came back, ``advantages`` per reply token."""
     from verl import DataProto
 
-    from components.agentic.verl_loop import token_advantages
+    from components.trainer.verl.agent_loop import token_advantages
 
     R = out.batch["responses"].shape[1]
     spans = [ep["spans"] for ep in out.non_tensor_batch["episode"]]

@@ -467,3 +467,19 @@ def test_verl_run_follows_model_ref_of_a_registered_model(tmp_path, monkeypatch)
     run = prepare(train.Params(backend="verl", method="grpo", steps=1, prompt_template="chat"), ctx)
     assert run["model_dir"] == src.resolve()
     assert run["config"].actor_rollout_ref.model.path == str(src.resolve())
+
+
+@pytest.mark.parametrize("method", ["sft", "opd", "pg_opd"])
+def test_verl_run_refuses_a_method_without_verl_form_before_ray(method, tmp_path):
+    """A direct call (``rlvr train-verl``, a stage run outside sweep validation) is refused by
+    the run itself, with the validation's reason, before any input is read or Ray starts."""
+    from components.stages import train
+    from components.stages.base import NullTracker, StageContext
+    from components.trainer.verl.cells import verl_form_refusal
+    from components.trainer.verl.run import prepare
+
+    ctx = StageContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", tracker=NullTracker(),
+                       inputs={}, sweep="v")          # no inputs: reading one would raise KeyError
+    with pytest.raises(ValueError, match=f"method '{method}' has no verl form") as e:
+        prepare(train.Params(backend="verl", method=method), ctx)
+    assert verl_form_refusal(method) in str(e.value)

@@ -78,7 +78,11 @@ def prepare(params: Any, ctx) -> dict:
     from verl.utils.config import validate_config
 
     from components.stages.common import read_json
+    from components.trainer.verl.cells import verl_form_refusal
 
+    why = verl_form_refusal(params.method)        # sweep validation refuses it too; a direct call here
+    if why is not None:
+        raise ValueError(f"method {params.method!r} has no verl form ({why}); run it with backend: embedded")
     model_dir = model_path(ctx.input("model"))
     hard_dir = ctx.input("hard")
     traces = read_json(ctx.input("prefixes") / "traces.json")

@@ -24,7 +24,7 @@ import torch
 
 from components.agentic.rollout import EpisodeRun, Start, TurnRecord
 from components.engine.base import SamplingParams
-from components.trainer.verl.rollout import sample_seed
+from components.trainer.verl.rollout import row_sampling
 
 __all__ = ["AGENT_LOOP_NAME", "episode_requests", "runs_from_output", "turn_training_rows",
            "serialized_training_rows"]
@@ -40,14 +40,9 @@ def episode_requests(starts: Sequence[Start], env_spec: dict[str, Any], sampling
     rows: list[dict[str, Any]] = []
     for si, s in enumerate(starts):
         for j in range(s.n):
-            samp: dict[str, Any] = {"max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
-                                    "top_p": sampling.top_p}
-            seed = sample_seed(sampling.seed, si, j)
-            if seed is not None:
-                samp["seed"] = seed
             rows.append({"env": dict(env_spec), "map_seed": int(s.seed), "prefix": list(s.prefix),
                          "layout": layout, "template": template, "max_prompt_length": int(max_prompt_length),
-                         "sampling": samp, "row": len(rows)})
+                         "sampling": row_sampling(sampling, si, j), "row": len(rows)})
     if not rows:
         raise ValueError("episode_requests: no episodes to play")
     non_tensors = {}

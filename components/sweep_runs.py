@@ -12,7 +12,6 @@ snapshot stored there: same parent, same sweep.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import tempfile
 from pathlib import Path
@@ -64,24 +63,6 @@ def open_sweep_run(name: str, snapshot: dict[str, Any], airflow_run: str) -> tup
         f.write_text(json.dumps(snapshot, indent=1, sort_keys=True))
         c.log_artifact(run_id, str(f))
     return run_id, snapshot
-
-
-def _clock(ms: int) -> str:
-    return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _span(s: float) -> str:
-    h, rest = divmod(int(round(s)), 3600)
-    return (f"{h}h " if h else "") + f"{rest // 60}m {rest % 60:02d}s"
-
-
-def wall_time_text(start_ms: int, closes: list) -> str:
-    """The whole sweep run, first start to last end, over each time it was closed (a clear and
-    rerun closes it again): Airflow's run header shows only the last rerun's time."""
-    text = f"{_span((closes[-1][1] - start_ms) / 1000)} from {_clock(start_ms)} to {_clock(closes[-1][1])}"
-    if len(closes) > 1:
-        text += f"; closed {len(closes)} times: " + ", ".join(f"{st} at {_clock(t)}" for st, t in closes)
-    return text
 
 
 def sweep_wall_time(airflow_run: str) -> str | None:

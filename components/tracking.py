@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from components import tracking_spool
+from components.tracking_spool import client  # noqa: F401 - the API's client, here for its callers
 from components.artifacts import _canonical, artifact_root, tracking_uri
 from components.error_text import one_line
 
@@ -25,17 +26,22 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 # ---------------------------------------------------------------- mlflow helpers
+def _clock(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
-_clients: dict[str, Any] = {}
+
+def _span(s: float) -> str:
+    h, rest = divmod(int(round(s)), 3600)
+    return (f"{h}h " if h else "") + f"{rest // 60}m {rest % 60:02d}s"
 
 
-def client():
-    from mlflow import MlflowClient
-    uri = tracking_uri()
-    if uri not in _clients:  # one store (and one sqlite engine) per URI per process
-        tracking_spool.bound_client_retries()
-        _clients[uri] = MlflowClient(tracking_uri=uri)
-    return _clients[uri]
+def wall_time_text(start_ms: int, closes: list) -> str:
+    """The whole sweep run, first start to last end, over each time it was closed (a clear and
+    rerun closes it again): Airflow's run header shows only the last rerun's time."""
+    text = f"{_span((closes[-1][1] - start_ms) / 1000)} from {_clock(start_ms)} to {_clock(closes[-1][1])}"
+    if len(closes) > 1:
+        text += f"; closed {len(closes)} times: " + ", ".join(f"{st} at {_clock(t)}" for st, t in closes)
+    return text
 
 
 def _send_batch(run_id: str, rec: dict) -> None:
@@ -235,14 +241,13 @@ def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = N
     the whole run's wall time, first start to now (``rlvr.wall_time``, ``sweep/wall_time_s``)."""
     if tables and status == "FINISHED":
         summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
-    from components import sweep_runs
     c = client()
     run, end = c.get_run(run_id), int(time.time() * 1000)
     closes = json.loads(run.data.tags.get("rlvr.closes", "[]")) + [[status, end]]
     wall = (end - run.info.start_time) / 1000
     c.log_metric(run_id, "sweep/wall_time_s", wall, timestamp=end, step=len(closes))
     c.set_tag(run_id, "rlvr.closes", json.dumps(closes))
-    c.set_tag(run_id, "rlvr.wall_time", sweep_runs.wall_time_text(run.info.start_time, closes))
+    c.set_tag(run_id, "rlvr.wall_time", wall_time_text(run.info.start_time, closes))
     c.set_terminated(run_id, status, end_time=end)
 
 

@@ -18,7 +18,7 @@ WEIGHTS_MAX_MB_ENV = "RLVR_MLFLOW_WEIGHTS_MAX_MB"   # larger weights stay in the
 
 
 def client():
-    from components.tracking import client as tracking_client   # tracking imports this module
+    from components.tracking_spool import client as tracking_client
     return tracking_client()
 
 

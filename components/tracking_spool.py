@@ -39,6 +39,23 @@ def _env_float(name: str, default: float) -> float:
         raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
 
 
+_clients: dict[str, Any] = {}
+
+
+def client():
+    """The MLflow client of this process's tracking store, its retries bounded; one store (and
+    one sqlite engine) per URI per process."""
+    from mlflow import MlflowClient
+
+    from components.artifacts import tracking_uri
+
+    uri = tracking_uri()
+    if uri not in _clients:
+        bound_client_retries()
+        _clients[uri] = MlflowClient(tracking_uri=uri)
+    return _clients[uri]
+
+
 def bound_client_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", os.environ.get(RETRIES_ENV, "2"))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")

@@ -7,8 +7,7 @@ method, PG-OPD, named by the sweep). The task (``task``, ``components.trainer.ta
 its items from them (``Task.from_stage``); the one embedded trainer trains on them.
 Checkpoints live in the stage's work dir, so a killed or retried task resumes from its last
 checkpoint. ``backend: verl`` runs the same params on verl (Ray, GPU workers, vLLM rollouts;
-``components/trainer/verl``, and on episodes ``components/agentic/verl_trainer.py`` with the
-multi-turn ``EpisodeAgentLoop``), imported only then.
+``components/trainer/verl``, on episodes with the multi-turn ``EpisodeAgentLoop``), imported only then.
 """
 from __future__ import annotations
 
@@ -51,10 +50,6 @@ class Params(TrainConfig):
 
 def run(params: Params, ctx: StageContext) -> dict:
     if params.backend == "verl":
-        if params.task == "agentic":
-            from components.agentic.verl_trainer import train_agentic_with_verl
-
-            return train_agentic_with_verl(params, ctx)
         from components.trainer.verl.run import train_with_verl
 
         return train_with_verl(params, ctx)

@@ -75,3 +75,4 @@ def tiny_pretrained(scale_home):
     data = lineage.run_stage("prepare_data", TINY_DATA, {}, sweep="scale")
     pre = lineage.run_stage("pretrain", TINY_PRETRAIN, {"data": data["uri"]}, sweep="scale")
     return data, pre
+

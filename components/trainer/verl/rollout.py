@@ -31,6 +31,17 @@ def sample_seed(seed: int | None, request_index: int, sample_index: int) -> int 
     return int(np.random.SeedSequence([int(seed), request_index, sample_index]).generate_state(1)[0])
 
 
+def row_sampling(params: SamplingParams, request_index: int, sample_index: int) -> dict[str, Any]:
+    """One row's sampling overrides for the agent loop (``sampling`` kwarg): the budget, the
+    temperature, top-p and the sample's own seed."""
+    s: dict[str, Any] = {"max_tokens": params.max_new_tokens, "temperature": params.temperature,
+                         "top_p": params.top_p}
+    seed = sample_seed(params.seed, request_index, sample_index)
+    if seed is not None:
+        s["seed"] = seed
+    return s
+
+
 def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, pad_id: int):
     """One row per (request, sample), request order, samples of a request adjacent."""
     from verl import DataProto
@@ -56,12 +67,7 @@ def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, p
     k = 0
     for ri, r in enumerate(requests):
         for j in range(r.n):
-            s: dict[str, Any] = {"max_tokens": params.max_new_tokens, "temperature": params.temperature,
-                                 "top_p": params.top_p}
-            seed = sample_seed(params.seed, ri, j)
-            if seed is not None:
-                s["seed"] = seed
-            sampling[k] = s
+            sampling[k] = row_sampling(params, ri, j)
             raw[k] = []        # verl's postprocess copies raw_prompt through; our contexts are ids
             k += 1
     rep.non_tensor_batch["sampling"] = sampling

@@ -1,11 +1,13 @@
-"""One training run on verl: the ``train`` stage's ``backend: verl`` and ``rlvr train-verl``
-(``components/cli.py``). Same inputs and outputs as the embedded path
-(``components/stages/train.py``); Ray and the GPU workers start here."""
+"""One training run on verl: the ``train`` stage's ``backend: verl`` (math or agentic) and
+``rlvr train-verl`` (``components/cli.py``). Same inputs and outputs as the embedded path
+(``components/stages/train.py``); Ray and the GPU workers start here, then the verl trainer
+(``trainer.py``) of the run's task."""
 from __future__ import annotations
 
 import contextlib
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 from components.trainer.train_config import train_config_of
@@ -30,6 +32,34 @@ def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
                              sweep=sweep, experiment=f"train-{cfg.method}-s{cfg.seed}")
 
 
+def episode_fields(c, response_length: int) -> SimpleNamespace:
+    """What ``hydra_config.overrides`` reads from a train config, for an episodic run: one
+    optimizer step per update (``ppo_epochs`` 1, the whole batch one mini-batch), so the PPO
+    ratio is 1 and clipping never binds, as in the embedded trainer. ``adv_estimator`` only
+    satisfies verl's config: the trainer computes GiGPO itself."""
+    return SimpleNamespace(
+        adv_estimator="grpo", batch_prompts=c.batch_prompts, max_new_tokens=response_length, seed=c.seed,
+        micro_batch=c.micro_batch, ppo_epochs=1, lr=c.lr, weight_decay=0.0, warmup_steps=0, grad_clip=c.grad_clip,
+        loss_agg_mode=c.loss_agg_mode, clip_low=0.2, clip_high=0.2, kl_coef=0.0, temperature=c.temperature,
+        top_p=c.top_p, steps=c.steps, ckpt_every=c.ckpt_every, val_every=c.val_every, val_size=c.val_size)
+
+
+def build_episode_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
+    """verl's composed, resolved config for agentic train params: the episode agent loop, a
+    response budget of one turn (layout ``turns``) or of a serialized episode."""
+    from components.trainer.train_config import TrainConfig
+    from components.methods.registry import build
+    from components.trainer.verl.episodes import AGENT_LOOP_NAME
+    from components.trainer.verl.hydra_config import stage_config
+
+    cfg = TrainConfig(**params.model_dump(include=set(TrainConfig.model_fields)))
+    response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
+    n = build(cfg.method, cfg.method_config, task="agentic").rollouts_per_step(1)   # episodes per start state
+    return cfg, stage_config(episode_fields(cfg, response_length), params, model_dir=model_dir, work_dir=work_dir,
+                             n=n, sweep=sweep, experiment=f"train-agentic-{cfg.method}-s{cfg.seed}",
+                             extra=(f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",))
+
+
 def attach_mlflow(run_id: str) -> None:
     """verl's MLflow logger starts ``mlflow.start_run(run_id=$MLFLOW_RUN_ID)``: point it at the
     stage's run in the project's tracking store."""
@@ -42,24 +72,44 @@ def attach_mlflow(run_id: str) -> None:
 
 def prepare(params: Any, ctx) -> dict:
     """Everything a run needs before Ray starts: the model directory (through
-    ``model_ref.json`` for a registered base policy), the prompts, the resources the methods
-    read, and verl's validated config."""
+    ``model_ref.json`` for a registered base policy), the training and held-out items, the
+    resources the methods read, and verl's validated config. A bad input fails here."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.data.schema import read_problems
     from components.stages.common import read_json
+    from components.trainer.verl.cells import verl_form_refusal
 
+    why = verl_form_refusal(params.method)        # sweep validation refuses it too; a direct call here
+    if why is not None:
+        raise ValueError(f"method {params.method!r} has no verl form ({why}); run it with backend: embedded")
     model_dir = model_path(ctx.input("model"))
     hard_dir = ctx.input("hard")
-    problems = read_problems(hard_dir / "train.jsonl")
-    val = read_problems(hard_dir / "heldout.jsonl")
     traces = read_json(ctx.input("prefixes") / "traces.json")
-    p0 = {p.uid: p.meta.get("base_pass_rate", 0.0) for p in problems}
-    cfg, config = build_config(params, model_dir, ctx.work_dir, ctx.sweep)
+    if is_episodic(params):
+        from components.agentic.stages.common import env_factory, read_env
+
+        spec = read_env(hard_dir)
+        env_factory(spec)                                  # a bad spec fails here, before Ray starts
+        kept = read_json(hard_dir / "train.json")
+        run = {"items": [r["seed"] for r in kept], "val": [r["seed"] for r in read_json(hard_dir / "heldout.json")],
+               "env_spec": spec, "resources": {"expert_traces": traces, "p0": {
+                   r["seed"]: r["base_pass_rate"] for r in kept if r["base_pass_rate"] is not None}}}
+        cfg, config = build_episode_config(params, model_dir, ctx.work_dir, ctx.sweep)
+    else:
+        from components.data.schema import read_problems
+
+        problems = read_problems(hard_dir / "train.jsonl")
+        run = {"items": problems, "val": read_problems(hard_dir / "heldout.jsonl"),
+               "resources": {"expert_traces": traces, "p0": {p.uid: p.meta.get("base_pass_rate", 0.0)
+                                                             for p in problems}}}
+        cfg, config = build_config(params, model_dir, ctx.work_dir, ctx.sweep)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    return {"model_dir": model_dir, "cfg": cfg, "config": config, "problems": problems, "val": val,
-            "resources": {"expert_traces": traces, "p0": p0}}
+    return {**run, "model_dir": model_dir, "cfg": cfg, "config": config}
+
+
+def is_episodic(params: Any) -> bool:
+    return getattr(params, "task", "math") == "agentic"
 
 
 def cpu_platform_env() -> dict[str, str]:
@@ -126,24 +176,31 @@ def train_with_verl(params: Any, ctx) -> dict:
     run = prepare(params, ctx)
     attach_mlflow(ctx.tracker.run_id)
     with ray_session(params, run["config"], on_cpu):
-        return _fit(ctx, run)
+        return _fit(params, ctx, run)
 
 
-def _fit(ctx, run: dict) -> dict:
+def _fit(params: Any, ctx, run: dict) -> dict:
     from components.stages.common import grade_fn
-    from components.trainer.verl.trainer import RLVRPPOTrainer
+    from components.trainer.verl.trainer import EpisodePPOTrainer, RLVRPPOTrainer
 
-    cfg, config, problems, val = run["cfg"], run["config"], run["problems"], run["val"]
-    trainer = RLVRPPOTrainer(config, **verl_workers(config), train_cfg=cfg, n_train=len(problems),
-                             n_val=min(len(val), cfg.val_size))
+    cfg, config = run["cfg"], run["config"]
+    grade = None
+    if is_episodic(params):          # the environment grades inside the agent loop
+        trainer = EpisodePPOTrainer(config, **verl_workers(config), train_cfg=cfg, env_spec=run["env_spec"],
+                                    layout=params.layout, max_prompt_length=params.max_prompt_length,
+                                    n_train=len(run["items"]))
+    else:
+        trainer = RLVRPPOTrainer(config, **verl_workers(config), train_cfg=cfg, n_train=len(run["items"]),
+                                 n_val=min(len(run["val"]), cfg.val_size))
+        grade = trainer.grade = grade_fn(cfg.grading_timeout_s)
     trainer.init_workers()
-    grade = grade_fn(cfg.grading_timeout_s)
     status = "FAILED"
     try:
-        summary = trainer.fit_rlvr(problems, val, run["resources"], grade)
+        summary = trainer.fit_loop(run["items"], run["val"], run["resources"])
         status = "FINISHED"
     finally:
-        grade.grader.close()
+        if grade is not None:
+            grade.grader.close()
         end_mlflow_run(status)
     trainer.save_outputs(ctx.out_dir)
     return summary

@@ -1,6 +1,6 @@
-"""Episodes <-> verl ``DataProto``: the requests the agentic verl trainer sends to
-``EpisodeAgentLoop`` and the training rows it builds from what comes back. Pure (needs verl's
-``DataProto``, no Ray, no workers), so it is tested offline.
+"""Episodes <-> verl ``DataProto``: the requests the verl trainer sends to
+``agent_loop.EpisodeAgentLoop`` and the training rows it builds from what comes back. Pure
+(needs verl's ``DataProto``, no Ray, no workers), so it is tested offline.
 
 Requests: one row per episode (a ``Start``'s ``n`` episodes adjacent, starts in order), all in
 ``non_tensor_batch`` (verl's agent-loop workers pass those to ``run`` as kwargs); a per-episode
@@ -13,7 +13,7 @@ Training rows, by layout:
   trainer's ``turn_rows``, so GiGPO's advantages are the embedded trainer's, number for number.
 * ``serialized``: one row per episode as the agent loop returned it (observations inside the
   response with ``response_mask`` 0); each turn's advantage is spread over its reply tokens
-  (``verl_loop.token_advantages``) and is 0 on observation tokens and padding.
+  (``agent_loop.token_advantages``) and is 0 on observation tokens and padding.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 
 from components.agentic.rollout import EpisodeRun, Start, TurnRecord
 from components.engine.base import SamplingParams
-from components.trainer.verl.rollout import sample_seed
+from components.trainer.verl.rollout import row_sampling
 
 __all__ = ["AGENT_LOOP_NAME", "episode_requests", "runs_from_output", "turn_training_rows",
            "serialized_training_rows"]
@@ -40,14 +40,9 @@ def episode_requests(starts: Sequence[Start], env_spec: dict[str, Any], sampling
     rows: list[dict[str, Any]] = []
     for si, s in enumerate(starts):
         for j in range(s.n):
-            samp: dict[str, Any] = {"max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
-                                    "top_p": sampling.top_p}
-            seed = sample_seed(sampling.seed, si, j)
-            if seed is not None:
-                samp["seed"] = seed
             rows.append({"env": dict(env_spec), "map_seed": int(s.seed), "prefix": list(s.prefix),
                          "layout": layout, "template": template, "max_prompt_length": int(max_prompt_length),
-                         "sampling": samp, "row": len(rows)})
+                         "sampling": row_sampling(sampling, si, j), "row": len(rows)})
     if not rows:
         raise ValueError("episode_requests: no episodes to play")
     non_tensors = {}
@@ -106,7 +101,7 @@ def serialized_training_rows(out, runs: Sequence[EpisodeRun], turn_advantages: S
     """The agent loop's rows as they came back, ``advantages`` per reply token."""
     from verl import DataProto
 
-    from components.agentic.verl_loop import token_advantages
+    from components.trainer.verl.agent_loop import token_advantages
 
     R = out.batch["responses"].shape[1]
     spans = [ep["spans"] for ep in out.non_tensor_batch["episode"]]

@@ -9,7 +9,7 @@ import pytest
 from tiny import TINY_TEST_POLICY
 
 from components.agentic.policy import build_agent_tokenizer
-from components.agentic.verl_loop import run_episode, token_advantages
+from components.trainer.verl.agent_loop import run_episode, token_advantages
 from components.engine.base import Request, SamplingParams
 from components.engine.hf import HFEngine
 from components.envs import replay
@@ -102,7 +102,7 @@ def test_verl_agent_loop_class_runs_an_episode(setup):
     pytest.importorskip("verl", reason="verl is installed in .venv-scale only")
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-    from components.agentic.verl_loop import EpisodeAgentLoop
+    from components.trainer.verl.agent_loop import EpisodeAgentLoop
 
     tok, generate = setup
     assert issubclass(EpisodeAgentLoop, AgentLoopBase)

@@ -57,7 +57,7 @@ class EpisodeGenerateSequences:
     the extra fields stacked into 1-D object arrays the way verl's ``_postprocess`` does."""
 
     def __init__(self, model, tok, response_length):
-        from components.agentic.verl_loop import EpisodeAgentLoop
+        from components.trainer.verl.agent_loop import EpisodeAgentLoop
 
         self.loop = object.__new__(EpisodeAgentLoop)      # verl's __init__ wants a trainer config
         self.loop.server_manager, self.loop.tokenizer = Server(model, tok), tok
@@ -92,7 +92,7 @@ class EpisodeGenerateSequences:
 
 
 def test_requests_one_row_per_episode_with_distinct_seeds():
-    from components.agentic.verl_episodes import AGENT_LOOP_NAME, episode_requests
+    from components.trainer.verl.episodes import AGENT_LOOP_NAME, episode_requests
 
     starts = [Start(7, (), "7", 3), Start(9, ("up",), "9@1", 2)]
     b = episode_requests(starts, ENV, SamplingParams(1.0, 0.9, 8, 11), layout="turns", template="raw",
@@ -111,7 +111,7 @@ def test_requests_one_row_per_episode_with_distinct_seeds():
 def test_turns_layout_rows_are_the_environments_prompts_and_replies(policy):
     from components.agentic.task import turn_rows
     from components.trainer.train_config import TrainConfig
-    from components.agentic.verl_episodes import episode_requests, runs_from_output, turn_training_rows
+    from components.trainer.verl.episodes import episode_requests, runs_from_output, turn_training_rows
 
     model, tok = policy
     gen = EpisodeGenerateSequences(model, tok, response_length=6)
@@ -144,7 +144,7 @@ def test_turns_layout_rows_are_the_environments_prompts_and_replies(policy):
 
 
 def test_serialized_layout_puts_advantage_on_replies_only(policy):
-    from components.agentic.verl_episodes import episode_requests, runs_from_output, serialized_training_rows
+    from components.trainer.verl.episodes import episode_requests, runs_from_output, serialized_training_rows
 
     model, tok = policy
     gen = EpisodeGenerateSequences(model, tok, response_length=900)
@@ -171,7 +171,7 @@ def _trainer(policy, tmp_path, method, method_config, steps, events):
     from verl import DataProto
 
     from components.trainer.train_config import TrainConfig
-    from components.agentic.verl_trainer import EpisodePPOTrainer
+    from components.trainer.verl.trainer import EpisodePPOTrainer
     from components.methods.registry import build
 
     model, tok = policy
@@ -245,7 +245,7 @@ def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
     first.use_reference_policy = True       # verl's KL loss on (vsr_agentic.yaml): reference log-probs join the batch
     first._compute_ref_log_prob = lambda d: DataProto.from_dict(
         tensors={"ref_log_prob": torch.zeros(d.batch["responses"].shape)})
-    first.fit_episodes(seeds, [100, 101], resources)
+    first.fit_loop(seeds, [100, 101], resources)
     kinds = [e[0] for e in events]
     assert kinds[:1] == ["weights"] and kinds[1:5] == ["sleep", "update", "weights", "sleep"]
     assert kinds[5:7] == ["update", "weights"]
@@ -267,7 +267,7 @@ def test_trainer_loop_gigpo_vsr_replay_and_resume(policy, tmp_path):
     assert state["step"] == 2 and state["method"]["step"] == 1
     events.clear()
     resumed = _trainer(policy, tmp_path, "vsr", vsr, 3, events)
-    resumed.fit_episodes(seeds, [100, 101], resources)
+    resumed.fit_loop(seeds, [100, 101], resources)
     assert events[0] == ("weights", 2) and [e[1] for e in events if e[0] == "update"] == [3]
     assert resumed.history[:len(first.history)] == first.history
     assert resumed.summary()["backend"] == "verl" and resumed.summary()["steps"] == 3
@@ -277,8 +277,9 @@ def test_stage_config_composes_for_both_layouts(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from components.agentic.verl_trainer import AGENT_LOOPS_YAML, build_config
     from components.stages.train import Params
+    from components.trainer.verl.hydra_config import AGENT_LOOPS_YAML
+    from components.trainer.verl.run import build_episode_config as build_config
 
     embedded = Params(task="agentic")
     assert "layout" not in embedded.model_dump() and "n_gpus_per_node" not in embedded.model_dump()

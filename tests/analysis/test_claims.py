@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.claims import CLAIMS, claims_markdown, evaluate_claim, evaluate_claims, model_size, val_windows
+from analysis.claims import ABSENT_NOTES, CLAIMS, claims_markdown, evaluate_claim, evaluate_claims, model_size, val_windows
 from analysis.stats import bootstrap_mean, paired_difference, seed_bootstrap
 from analysis.tables import accuracy_table, readable
 
@@ -104,7 +104,9 @@ def test_claim_verdicts_supported_contradicted_inconclusive_and_not_tested():
     assert v["dapo_tokens>grpo"].verdict == "not tested"
     assert v["vigor>vigor_random"].verdict == "not tested" and "selection rule" in v["vigor>vigor_random"].note
     md = claims_markdown(list(v.values()))
-    assert md.count("\n| ") == len(CLAIMS) + 1                    # header + one row per claim
+    absent = [c for c in v.values() if c.verdict == "not tested" and c.note.startswith(ABSENT_NOTES)]
+    assert absent and md.count("\n| ") == len(CLAIMS) - len(absent) + 1   # header + a row per testable claim
+    assert all(f"`{c.claim.id}`" in md and f"| {c.claim.text} |" not in md for c in absent)  # listed by id only
     assert "supported: 2" in md
 
 

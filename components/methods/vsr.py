@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
@@ -74,6 +74,15 @@ class VSRConfig(MethodConfig):
     freeze_after: int | None = Field(None, ge=0, description="stop inserting/evicting after this step")
     expert_seed: bool = True          # the paper's math cold start; off on episodes
     p0_default: float = Field(0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _cut_knobs_of_the_cut_rule(self):
+        # a knob of another cut rule would be ignored without a word
+        if "cut_fractions" in self.model_fields_set and self.cut_points != "fractions":
+            raise ValueError(f"cut_fractions applies to cut_points: fractions (cut_points is {self.cut_points!r})")
+        if "cut_stride" in self.model_fields_set and self.cut_points != "every":
+            raise ValueError(f"cut_stride applies to cut_points: every (cut_points is {self.cut_points!r})")
+        return self
 
 
 @dataclass

@@ -113,3 +113,10 @@ def test_state_dict_round_trip_and_registry():
         build("vsr", {"rho": 1.5})
     with pytest.raises(KeyError, match="unknown method"):
         build("nope", {})
+
+
+@pytest.mark.parametrize("cfg,knob", [({"cut_fractions": [0.5]}, "cut_fractions"),
+                                      ({"cut_points": "fractions", "cut_stride": 2}, "cut_stride")])
+def test_a_knob_of_another_cut_rule_is_refused(cfg, knob):
+    with pytest.raises(ValueError, match=f"{knob} applies to cut_points"):
+        build("vsr", cfg)

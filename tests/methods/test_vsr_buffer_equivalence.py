@@ -45,8 +45,9 @@ def scalar_evict(buffer: dict, step: int, window, capacity) -> set:
 def test_states_scores_and_draws_equal_the_scalar_definition(seed, scoring, cuts, replacement):
     r = random.Random(seed)
     fr = tuple(sorted(r.sample([0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 0.9], k=r.randint(1, 4))))
-    vsr = VSR(VSRConfig(cut_points=cuts.split("-")[0], cut_stride=int(cuts.split("-")[1]) if "-" in cuts else 1,
-                        cut_fractions=fr, scoring=scoring, p0_default=r.random() * 0.2, replacement=replacement))
+    rule = {"cut_points": "fractions", "cut_fractions": fr} if cuts == "fractions" else \
+        {"cut_points": "every", "cut_stride": int(cuts.split("-")[1]) if "-" in cuts else 1}
+    vsr = VSR(VSRConfig(**rule, scoring=scoring, p0_default=r.random() * 0.2, replacement=replacement))
     for i in range(r.randint(1, 300)):
         uid = f"q{r.randint(0, 10_000)}"
         vsr.buffer[uid] = Trajectory(uid, list(range(r.randint(1, 40))), 0, "policy")   # L=1..3: few/no cuts

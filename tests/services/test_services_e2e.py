@@ -53,7 +53,7 @@ stages:
   evaluate: {samples_per_seed: 1, seeds: [0], max_new_tokens: 64, pass_ks: [1]}
 method_config:
   grpo: {n: 2}
-  vsr: {n: 2, rho: 1.0, cut_fractions: [0.98]}
+  vsr: {n: 2, rho: 1.0, cut_points: fractions, cut_fractions: [0.98]}
 retries: 0
 """
 STAGES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")

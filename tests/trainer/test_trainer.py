@@ -166,7 +166,7 @@ def test_both_backends_run_the_one_loop():
 
     assert issubclass(EmbeddedTrainer, FitLoop) and issubclass(RLVRPPOTrainer, FitLoop)
     for cls in (EmbeddedTrainer, RLVRPPOTrainer):
-        for name in ("run_loop", "validate", "step_metrics", "summary", "write_records", "_log"):
+        for name in ("run_loop", "validation_metrics", "summary", "write_records", "_log"):
             assert getattr(cls, name) is getattr(FitLoop, name), (cls.__name__, name)
         for name in ("rollout_ctx", "update", "restore", "save_checkpoint", "log_metrics"):
             assert getattr(cls, name) is not getattr(FitLoop, name), (cls.__name__, name)

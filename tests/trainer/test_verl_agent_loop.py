@@ -2,7 +2,7 @@
 (verl's vLLM server needs Ray and a GPU-sized setup; the loop's token bookkeeping does not)."""
 from __future__ import annotations
 
-import asyncio
+import aio
 from types import SimpleNamespace
 
 import pytest
@@ -39,7 +39,7 @@ def setup():
 
 def play(setup, template="raw", prefix=(), response_length=600):
     tok, generate = setup
-    return asyncio.run(run_episode(generate, tok, make, 3, prefix, response_length=response_length,
+    return aio.run(run_episode(generate, tok, make, 3, prefix, response_length=response_length,
                                    sampling_params={"max_tokens": 6}, template=template))
 
 
@@ -115,7 +115,7 @@ def test_verl_agent_loop_class_runs_an_episode(setup):
     loop = object.__new__(EpisodeAgentLoop)     # verl's __init__ needs a trainer config and workers
     loop.server_manager, loop.tokenizer = Server(), tok
     loop.rollout_config = SimpleNamespace(response_length=600)
-    out = asyncio.run(loop.run({"max_tokens": 6}, env={"env": "sokoban", "config": {"num_boxes": 1, "max_steps": 3, "template": "compact"}},
+    out = aio.run(loop.run({"max_tokens": 6}, env={"env": "sokoban", "config": {"num_boxes": 1, "max_steps": 3, "template": "compact"}},
                                map_seed=5, template="raw"))
     ep = out.extra_fields["episode"]
     assert isinstance(out, AgentLoopOutput) and sum(out.response_mask) == sum(b - a for a, b in ep["spans"])

@@ -5,7 +5,7 @@ layouts (observation tokens never carry advantage), the trainer's loop with GiGP
 them for real), its resume, and the stage's config composition."""
 from __future__ import annotations
 
-import asyncio
+import aio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -70,7 +70,7 @@ class EpisodeGenerateSequences:
         outs = []
         for i in range(len(batch)):
             kw = {k: v[i] for k, v in batch.non_tensor_batch.items() if k != "agent_name"}
-            outs.append(asyncio.run(self.loop.run({"temperature": 1.0, "top_p": 1.0}, **kw)))
+            outs.append(aio.run(self.loop.run({"temperature": 1.0, "top_p": 1.0}, **kw)))
         self.calls.append(batch)
         P = max(len(o.prompt_ids) for o in outs)
         pad = self.tok.pad_token_id

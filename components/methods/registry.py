@@ -4,7 +4,7 @@ Entries are imported lazily, so listing methods and checking a method against a 
 validation, DAG parsing) never imports torch. A preset is an entry, not a subclass: the VSR
 ablations are VSR with other config defaults, the graph presets VIP / VIGOR / GRESO with
 ``difficulty: graph``. ``task_overrides`` holds a method's defaults on one task (the VSR paper
-replays every turn prefix of an episode and starts agentic runs from an empty buffer).
+starts agentic runs from an empty buffer: no expert seeding).
 
     build("vsr_no_scoring", {"n": 4}, task="agentic")
     register("mine", "pkg.mod:Mine", tasks=("math", "agentic"))   # a plug-in
@@ -29,7 +29,7 @@ class Entry:
 
 
 _VSR = "components.methods.vsr:VSR"
-_VSR_EPISODES = {"agentic": {"cut_points": "every", "expert_seed": False}}
+_VSR_EPISODES = {"agentic": {"expert_seed": False}}
 
 _METHODS: dict[str, Entry] = {
     "grpo": Entry("components.methods.grpo:GRPO", BOTH),

@@ -7,8 +7,9 @@ and maj@k (majority vote over the answers as the grader extracts them: boxes lis
 vote as one multi-part answer). With ``benchmark`` set, the problems are
 that benchmark's (``components.data.benchmarks.load_benchmark``) instead of the ``hard``
 input's split (``arith_levels``, the embedded task's unfiltered benchmark, is refused when it
-shares a problem with the ``hard`` input's training file); real models use ``prompt_template="chat"``. The model input is either the base
-policy (``pretrain``) or a ``train`` output; ``label`` names the row in the tables.
+shares a problem with the ``hard`` input's training file); real models use
+``prompt_template="chat"``. The model input is either the base policy (``pretrain``) or a
+``train`` output; ``label`` names the row in the tables.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class Params(StageParams):
     threads: int | None = None
     # A benchmark of components.data.benchmarks.benchmark_names() (math500, arith_levels, ...):
     # problems come from load_benchmark(benchmark) instead of the ``hard`` input's ``split`` (the input stays
-    # wired by the DAG, unused then). None = the held-out split, as before.
+    # wired by the DAG, unused then). None = the held-out split.
     benchmark: str | None = None
     protocol: Literal["vsr", "vigor", "vip"] | None = None
     engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image

@@ -31,9 +31,10 @@ class TrainConfig(TaskParams):
     RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
-    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats")
+    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats",
+                                               "ppo_mini_batch_size")
     # fields that mean something on one task only: set on the other, refused
-    ONLY = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
+    ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
             "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
     method: str = "grpo"
@@ -58,7 +59,12 @@ class TrainConfig(TaskParams):
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_coef: float = Field(0.0, ge=0.0)
-    ppo_epochs: int = Field(1, ge=1)
+    ppo_epochs: int = Field(1, ge=1, description="passes over the step's rollouts (verl's ppo_epochs)")
+    # verl's ppo_mini_batch_size, in prompts: the step's rollouts are split into
+    # batch_prompts / ppo_mini_batch_size mini-batches, each its own optimizer step, every pass
+    # (ppo_epochs) over them, PPO-clipped against the rollout policy's log-probs. None: the
+    # whole batch is one mini-batch (one optimizer step per pass)
+    ppo_mini_batch_size: int | None = Field(None, ge=1, description="prompts per optimizer step (None: batch_prompts)")
     micro_batch: int = Field(64, ge=1)
     ckpt_every: int = Field(10, ge=1)
     val_every: int = Field(10, ge=1)
@@ -77,7 +83,21 @@ class TrainConfig(TaskParams):
             raise FieldError("adv_estimator", f"{self.adv_estimator!r} does not apply to task {self.task} "
                                               f"(estimators for {self.task}: {', '.join(ESTIMATORS[self.task])})")
         check_method(self.method, self.method_config, self.task)
+        mb = self.ppo_mini_batch_size
+        if mb is not None and (mb > self.batch_prompts or self.batch_prompts % mb):
+            raise FieldError("ppo_mini_batch_size", f"{mb} does not divide batch_prompts {self.batch_prompts} "
+                                                    "(verl's rule: each mini-batch the same number of prompts)")
         return self
+
+    @property
+    def mini_batches(self) -> int:
+        """Optimizer steps per pass over a training step's rollouts."""
+        return self.batch_prompts // (self.ppo_mini_batch_size or self.batch_prompts)
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer steps per training step: mini-batches x passes."""
+        return self.mini_batches * self.ppo_epochs
 
 
 def check_method(method: str, config: dict[str, Any], task: str) -> None:

@@ -24,17 +24,28 @@ def sweep(name: str) -> Sweep:
     return load_sweep(SWEEPS / f"{name}.yaml")
 
 
+# what the train config's fields add up to (TrainConfig properties), read from the config
+DERIVED = ("updates_per_step",)
+
+
+def _train_value(params: dict, key: str):
+    if key in DERIVED:
+        from components.stages.train import Params
+        return getattr(Params(**params), key)
+    return params[key]
+
+
 def values_of(cfg: Sweep, field: str) -> list:
     """The value(s) a field path holds: one per method for ``stages.train.*``."""
     head, _, rest = field.partition(".")
     if head == "stages":
         stage, key = rest.split(".", 1)
         if stage == "train":
-            return [cfg.train_params(m, 0)[key] for m in cfg.methods]
+            return [_train_value(cfg.train_params(m, 0), key) for m in cfg.methods]
         return [getattr(cfg.stages, stage)[key]]
     if head == "model_train":             # model names hold dots: the key is the last part
         model, key = rest.rsplit(".", 1)
-        return [cfg.train_params(m, 0, model)[key] for m in cfg.methods]
+        return [_train_value(cfg.train_params(m, 0, model), key) for m in cfg.methods]
     if head in ("method_config", "method_train"):
         method, key = rest.split(".", 1)
         return [getattr(cfg, head)[method][key]]
@@ -104,12 +115,12 @@ def test_unstated_knobs_are_marked():
         assert not unmarked, f"{name}: unstated knobs without a marker: {unmarked}"
 
 
-def _rendered(name: str, method: str):
+def _rendered(name: str, method: str, model: str | None = None):
     from components.stages.train import Params
     from components.trainer.train_config import train_config_of
     from components.trainer.verl.hydra_config import compose, overrides, samples_per_prompt
 
-    p = Params(**sweep(name).train_params(method, 0))
+    p = Params(**sweep(name).train_params(method, 0, *([model] if model else [])))
     cfg = train_config_of(p)
     return compose(overrides(cfg, model_path="/models/m", work_dir="/tmp/w", n=samples_per_prompt(cfg), project=name,
                              experiment=method, n_gpus_per_node=p.n_gpus_per_node,
@@ -132,9 +143,16 @@ def test_vigor_rendered_verl_config_has_the_papers_values(vigor_verl):
     assert a.ref.log_prob_micro_batch_size_per_gpu == 32 and a.ref.fsdp_config.param_offload is True
 
 
-@pytest.mark.xfail(strict=True, reason="not yet expressible: needs components.stages.train:Params.ppo_mini_batch_size")
 def test_vigor_rendered_verl_config_has_the_papers_mini_batch(vigor_verl):
-    assert vigor_verl.actor_rollout_ref.actor.ppo_mini_batch_size == 32          # 160 / 32 x 4 = 20 updates per step
+    a = vigor_verl.actor_rollout_ref.actor
+    assert (vigor_verl.data.train_batch_size, a.ppo_mini_batch_size, a.ppo_epochs) == (160, 32, 4)   # 5 x 4 = 20
+
+
+def test_vigor_rendered_verl_config_of_7b_has_its_mini_batch():
+    pytest.importorskip("verl", reason="verl (the GPU backend) is not installed in this environment")
+    c = _rendered("vigor_table1", "vigor", "Qwen/Qwen2.5-7B")
+    a = c.actor_rollout_ref.actor
+    assert (c.data.train_batch_size, a.ppo_mini_batch_size, a.ppo_epochs) == (640, 64, 2)            # 10 x 2 = 20
 
 
 @pytest.mark.parametrize("name,method,want", [

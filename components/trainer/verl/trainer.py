@@ -115,17 +115,21 @@ class VerlTrainer(RayPPOTrainer):
         self.logger.log(data=row, step=step)
 
     def _update_actor(self, batch):
-        """verl's update with the step's real batch size as the (single) mini-batch: methods
-        with variable group sizes (VSR, DAPO, PODS) keep one optimizer step per training step."""
+        """verl's update on the step's real rows, split into the config's number of mini-batches
+        (``TrainConfig.mini_batches``; rows padded to a multiple by ``update_actor_on_rows``):
+        methods with variable group sizes (VSR, DAPO, PODS) keep the optimizer steps per
+        training step that fixed-size ones take."""
         batch.meta_info["multi_turn"] = False
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         # the loss is a mean over the rows that carry loss: pad rows (update's divisor padding)
         # must not dilute it, so global_batch_size counts rows with a response token
-        real_rows = max(1, int((batch.batch["response_mask"].sum(-1) > 0).sum()))
+        # (per mini-batch: the mean, exact when every prompt has its n rows and no pad)
+        k = self.cfg.mini_batches
+        real_rows = max(1, round(int((batch.batch["response_mask"].sum(-1) > 0).sum()) / k))
         td = left_right_2_no_padding(batch.to_tensordict())
         actor = self.config.actor_rollout_ref.actor
         tu.assign_non_tensor(td, calculate_entropy=bool(actor.calculate_entropy), distillation_use_topk=False,
-                             distillation_only=False, global_batch_size=real_rows, mini_batch_size=len(batch),
+                             distillation_only=False, global_batch_size=real_rows, mini_batch_size=len(batch) // k,
                              epochs=actor.ppo_epochs, seed=actor.data_loader_seed,
                              dataloader_kwargs={"shuffle": actor.shuffle}, compute_loss=True)
         out = rename_dict(tu.get(self.actor_rollout_wg.update_actor(td), "metrics"), "actor/")
@@ -306,7 +310,7 @@ def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics
     # micro_batch (engine/utils.py:125 asserts it), so 16 rows at micro_batch 64, or a
     # variable-size VSR/DAPO step, would crash
     dp = trainer._get_dp_size(trainer.actor_rollout_wg, "actor")
-    data, pad = pad_dataproto_to_divisor(data, dp * micro_batch)
+    data, pad = pad_dataproto_to_divisor(data, dp * micro_batch * trainer.cfg.mini_batches)
     if pad:
         data.batch["response_mask"][-pad:] = 0
         data.batch["advantages"][-pad:] = 0

@@ -40,7 +40,8 @@ TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "warmup_steps", "weigh
                "temperature", "top_p", "max_new_tokens", "max_prompt_length", "prompt_template",
                "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_mini_batch_size", "ppo_epochs",
                "micro_batch",
-               "ckpt_every", "val_every", "val_size", "val_samples", "n_gpus_per_node", "gpu_memory_utilization")
+               "ckpt_every", "val_every", "val_size", "val_samples", "keep_best", "n_gpus_per_node",
+               "gpu_memory_utilization")
 AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
                        "max_prompt_length", "prompt_template", "adv_estimator", "gamma", "step_weight", "gigpo_mode",
                        "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_size", "layout",
@@ -94,7 +95,7 @@ _VIGOR = [
       for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
     # not expressible yet
     Knob("vigor_table1", "stages.train.keep_best", "val", "VIGOR Section 5.2, Appendix C",
-         "Table 1 from each method's best average-score checkpoint", f"{_TRAIN}.keep_best"),
+         "Table 1 from each method's best average-score checkpoint (here: best held-out validation accuracy)"),
     Knob("vigor_table1", "stages.prepare_data.mixture", "MATH+DAPO", _V,
          "7B and Phi train on the MATH+DAPO mixture", f"{_SWEEP}.model_data"),
     Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0",

@@ -17,6 +17,7 @@ has to be carried).
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,7 +32,7 @@ from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group, GradeFn, RolloutContext, advantage_terms
 from components.methods.registry import build
 from components.trainer import checkpoint
-from components.trainer.loop import FitLoop
+from components.trainer.loop import BEST_FILE, FitLoop
 from components.trainer.sequences import build_sequences, response_logprobs, token_weights
 from components.trainer.task import MathTask, Task
 from components.trainer.train_config import TrainConfig
@@ -102,6 +103,12 @@ class EmbeddedTrainer(FitLoop):
 
     def log_metrics(self, row: dict[str, float], step: int) -> None:
         self.tracker.log_metrics(row, step=step)
+
+    def best_dir(self) -> Path:
+        return self.ckpt_root.parent / "best"
+
+    def best_weights(self, dst: Path) -> None:
+        self.model.save_pretrained(dst, safe_serialization=True)
 
     def extra_metrics(self) -> dict[str, float]:
         return {"lr": self.sched.get_last_lr()[0]}
@@ -195,6 +202,10 @@ class EmbeddedTrainer(FitLoop):
 
     def save_outputs(self, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out_dir / "model", safe_serialization=True)
+        kept = self.output_model_dir()
+        if kept is None:
+            self.model.save_pretrained(out_dir / "model", safe_serialization=True)
+        else:
+            shutil.copytree(kept, out_dir / "model", dirs_exist_ok=True, ignore=shutil.ignore_patterns(BEST_FILE))
         self.tok.save_pretrained(out_dir / "model")
         self.write_records(out_dir)

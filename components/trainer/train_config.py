@@ -32,7 +32,7 @@ class TrainConfig(TaskParams):
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats",
-                                               "ppo_mini_batch_size")
+                                               "ppo_mini_batch_size", "keep_best")
     # fields that mean something on one task only: set on the other, refused
     ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
             "gigpo_mode": "agentic", "episode_stats": "agentic"}
@@ -69,6 +69,10 @@ class TrainConfig(TaskParams):
     ckpt_every: int = Field(10, ge=1)
     val_every: int = Field(10, ge=1)
     val_size: int = Field(64, ge=0, description="held-out items validated on: prompts, or map seeds (agentic)")
+    # the checkpoint the stage outputs: the last one, or (``val``) the one of the best validation
+    # accuracy among the trained ones (earliest on a tie); each validation must be a checkpoint
+    # step, so the choice is a checkpoint a resumed run also has
+    keep_best: Literal["last", "val"] = "last"
     val_samples: int = Field(4, ge=1, description="math: samples per held-out prompt (agentic: 1 episode)")
     grading_timeout_s: float = Field(5.0, gt=0)
     # agentic (GiGPO): A = A^E + step_weight * A^S; "episode" estimator: A^E only
@@ -83,6 +87,9 @@ class TrainConfig(TaskParams):
             raise FieldError("adv_estimator", f"{self.adv_estimator!r} does not apply to task {self.task} "
                                               f"(estimators for {self.task}: {', '.join(ESTIMATORS[self.task])})")
         check_method(self.method, self.method_config, self.task)
+        if self.keep_best == "val" and (self.val_size == 0 or self.val_every % self.ckpt_every):
+            raise FieldError("keep_best", f"val needs validation (val_size {self.val_size}) at checkpoint steps: "
+                                          f"val_every {self.val_every} a multiple of ckpt_every {self.ckpt_every}")
         mb = self.ppo_mini_batch_size
         if mb is not None and (mb > self.batch_prompts or self.batch_prompts % mb):
             raise FieldError("ppo_mini_batch_size", f"{mb} does not divide batch_prompts {self.batch_prompts} "

@@ -140,6 +140,12 @@ class VerlTrainer(RayPPOTrainer):
     def _step_dir(self, step: int) -> Path:
         return Path(self.config.trainer.default_local_dir) / f"global_step_{step}"
 
+    def best_dir(self) -> Path:
+        return Path(self.config.trainer.default_local_dir).parent / "best"
+
+    def best_weights(self, dst: Path) -> None:
+        shutil.copytree(self._step_dir(self.global_steps) / "actor" / "huggingface", dst, dirs_exist_ok=True)
+
     def restore(self) -> tuple[int, dict[str, Any] | None]:
         self.global_steps = 0
         self._load_checkpoint()                       # verl: actor weights, optimizer, dataloader
@@ -172,12 +178,13 @@ class VerlTrainer(RayPPOTrainer):
         return self.run_loop(items, val_items, resources, self.tokenizer)
 
     def save_outputs(self, out_dir: Path) -> None:
-        """The embedded trainer's outputs; the model is the last checkpoint's HF export."""
+        """The embedded trainer's outputs; the model is the last checkpoint's HF export (or the
+        kept one's, ``keep_best: val``)."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        hf = self._step_dir(self.cfg.steps) / "actor" / "huggingface"
+        hf = self.output_model_dir() or self._step_dir(self.cfg.steps) / "actor" / "huggingface"
         if not (hf / "config.json").is_file():
             raise RuntimeError(f"{hf}: no HF export in the final verl checkpoint (save_contents needs hf_model)")
-        shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True)
+        shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True, ignore=shutil.ignore_patterns("best.json"))
         self.tokenizer.save_pretrained(out_dir / "model")
         self.write_records(out_dir)
 

@@ -80,13 +80,20 @@ def test_the_choice_reaches_the_tracker(model, tok, problems, tmp_path):
     assert chosen == [(1, {"best/step": 1.0, "best/val_accuracy": 0.2}), (2, {"best/step": 2.0, "best/val_accuracy": 0.5})]
 
 
-def test_resume_keeps_the_best_so_far(model, tok, problems, tmp_path):
+class Crash(Exception):
+    pass
+
+
+def uninterrupted(model, tok, problems, work):
+    """The run a crashed and resumed one must match: its best and each step's weights."""
     full = make(model, tok)
     seen, on_step = snapshots(full)
-    full.fit(problems, problems[:2], resources(problems), tmp_path / "full", on_step=on_step)
+    full.fit(problems, problems[:2], resources(problems), work, on_step=on_step)
+    return full, seen
 
-    class Crash(Exception):
-        pass
+
+def test_resume_keeps_the_best_so_far(model, tok, problems, tmp_path):
+    full, seen = uninterrupted(model, tok, problems, tmp_path / "full")
 
     def crash(step):
         if step == 3:        # after step 4's checkpoint: the best (step 2) is two checkpoints back
@@ -102,12 +109,7 @@ def test_resume_keeps_the_best_so_far(model, tok, problems, tmp_path):
 
 
 def test_a_crash_between_checkpoint_and_copy_is_repaired_on_resume(model, tok, problems, tmp_path):
-    full = make(model, tok)
-    seen, on_step = snapshots(full)
-    full.fit(problems, problems[:2], resources(problems), tmp_path / "full", on_step=on_step)
-
-    class Crash(Exception):
-        pass
+    full, seen = uninterrupted(model, tok, problems, tmp_path / "full")
 
     class CrashOnCopy(Scripted):
         def best_weights(self, dst):

@@ -40,7 +40,8 @@ TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "warmup_steps", "weigh
                "temperature", "top_p", "max_new_tokens", "max_prompt_length", "prompt_template",
                "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_mini_batch_size", "ppo_epochs",
                "micro_batch",
-               "ckpt_every", "val_every", "val_size", "val_samples", "keep_best", "n_gpus_per_node",
+               "ckpt_every", "val_every", "val_size", "val_samples", "val_temperature", "val_top_p", "keep_best",
+               "n_gpus_per_node",
                "gpu_memory_utilization")
 AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
                        "max_prompt_length", "prompt_template", "adv_estimator", "gamma", "step_weight", "gigpo_mode",
@@ -98,8 +99,8 @@ _VIGOR = [
          "Table 1 from each method's best average-score checkpoint (here: best held-out validation accuracy)"),
     Knob("vigor_table1", "stages.prepare_data.mixture", "MATH+DAPO", _V,
          "7B and Phi train on the MATH+DAPO mixture", f"{_SWEEP}.model_data"),
-    Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0",
-         f"{_TRAIN}.val_top_p"),
+    Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0"),
+    Knob("vigor_table1", "stages.train.val_temperature", 1.0, _V, "validation sampling top-p 0.7, temperature 1.0"),
 ]
 
 _P = "VIP summary, Methodology in Plain English"

@@ -32,9 +32,9 @@ class TrainConfig(TaskParams):
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats",
-                                               "ppo_mini_batch_size", "keep_best")
+                                               "ppo_mini_batch_size", "keep_best", "val_temperature", "val_top_p")
     # fields that mean something on one task only: set on the other, refused
-    ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
+    ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "val_temperature": "math", "val_top_p": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
             "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
     method: str = "grpo"
@@ -74,6 +74,9 @@ class TrainConfig(TaskParams):
     # step, so the choice is a checkpoint a resumed run also has
     keep_best: Literal["last", "val"] = "last"
     val_samples: int = Field(4, ge=1, description="math: samples per held-out prompt (agentic: 1 episode)")
+    # validation sampling (math; verl's rollout.val_kwargs): None = the training rollouts' value
+    val_temperature: float | None = Field(None, gt=0)
+    val_top_p: float | None = Field(None, gt=0, le=1)
     grading_timeout_s: float = Field(5.0, gt=0)
     # agentic (GiGPO): A = A^E + step_weight * A^S; "episode" estimator: A^E only
     gamma: float = Field(0.95, ge=0, le=1)

@@ -141,6 +141,7 @@ def test_vigor_rendered_verl_config_has_the_papers_values(vigor_verl):
     assert a.actor.optim.lr == 1e-6 and a.actor.use_kl_loss is False and a.actor.ppo_epochs == 4
     assert a.rollout.gpu_memory_utilization == 0.5
     assert a.ref.log_prob_micro_batch_size_per_gpu == 32 and a.ref.fsdp_config.param_offload is True
+    assert (a.rollout.val_kwargs.top_p, a.rollout.val_kwargs.temperature) == (0.7, 1.0)
 
 
 def test_vigor_rendered_verl_config_has_the_papers_mini_batch(vigor_verl):

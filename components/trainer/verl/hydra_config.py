@@ -149,6 +149,12 @@ def overrides(cfg: TrainConfig, *, model_path: str | Path, work_dir: str | Path,
         "trainer.nnodes": nnodes,
         "trainer.balance_batch": True,
     }
+    # validation samples through the same per-request overrides as training (rollout.py); the
+    # config says so too where a sweep sets them
+    for key in ("temperature", "top_p"):
+        if getattr(cfg, f"val_{key}", None) is not None:
+            ov[f"actor_rollout_ref.rollout.val_kwargs.{key}"] = getattr(cfg, f"val_{key}")
+            ov["actor_rollout_ref.rollout.val_kwargs.do_sample"] = True
     return [f"{k}={_hydra_value(v)}" for k, v in ov.items()] + list(extra)
 
 

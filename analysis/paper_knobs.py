@@ -5,8 +5,8 @@ reads the sweeps and checks that each row's field holds the row's value, and tha
 knob of a paper sweep is set explicitly (none falls back to a tiny-policy default).
 
 A row whose setting the sweep model cannot express yet names the missing field
-(``missing = "<module>:<Model>.<field>"``); its test is an expected failure that turns into a
-failure once the field exists, so the row is then moved to a sweep field. Values the papers do
+(``missing = "<module>:<Model>.<field>"``; none at present); its test fails once the field
+exists, so the row is then moved to a sweep field. Values the papers do
 not state are set in the sweeps and marked there ``[not in the paper]`` (verl's example
 recipes are the reference for them), ``[verl-agent]`` (verl-agent's GiGPO defaults) or
 ``[derived]`` / ``[reading]`` (computed from, or one reading of, the paper's numbers).
@@ -48,8 +48,6 @@ AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "
                        "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_size", "layout",
                        "max_episode_tokens", "n_gpus_per_node", "gpu_memory_utilization")
 
-_TRAIN = "components.stages.train:Params"
-_SWEEP = "components.sweep:Sweep"
 
 _V = "VIGOR Appendix C"
 _VIGOR = [
@@ -94,11 +92,12 @@ _VIGOR = [
          "each training step contains 20 gradient-update steps (160 / 32 x 4 passes; 640 / 64 x 2)"),
     *(Knob("vigor_table1", f"model_train.{m}.updates_per_step", 20, _V, "20 gradient-update steps per training step")
       for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
-    # not expressible yet
     Knob("vigor_table1", "stages.train.keep_best", "val", "VIGOR Section 5.2, Appendix C",
          "Table 1 from each method's best average-score checkpoint (here: best held-out validation accuracy)"),
-    Knob("vigor_table1", "stages.prepare_data.mixture", "MATH+DAPO", _V,
-         "7B and Phi train on the MATH+DAPO mixture", f"{_SWEEP}.model_data"),
+    Knob("vigor_table1", "stages.prepare_data.mixtures.math_dapo", ["math", "dapo17k"], _V,
+         "7B and Phi train on a mixture of MATH and DAPO data"),
+    *(Knob("vigor_table1", f"model_data.{m}", "math_dapo", _V, "7B and Phi train on the MATH+DAPO mixture")
+      for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
     Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0"),
     Knob("vigor_table1", "stages.train.val_temperature", 1.0, _V, "validation sampling top-p 0.7, temperature 1.0"),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,31 @@ def test_default_outputs_the_last_checkpoint(model, tok, problems, tmp_path):
 def test_keep_best_needs_validation_at_checkpoint_steps(kw):
     with pytest.raises(ValueError, match="keep_best"):
         TrainConfig(keep_best="val", **kw)
+
+
+def test_verl_keeps_the_best_steps_hf_export(tmp_path):
+    """verl's side: the kept weights are the HF export of the best step's verl checkpoint, and
+    the stage's model is that export, not the last step's (no Ray workers: the files only)."""
+    pytest.importorskip("verl", reason="verl (the GPU backend) is not installed in this environment")
+    from omegaconf import OmegaConf
+
+    from components.engine.base import TokenMeter
+    from components.methods.registry import build
+    from components.trainer.verl.trainer import RLVRPPOTrainer
+
+    t = RLVRPPOTrainer.__new__(RLVRPPOTrainer)
+    t.cfg = TrainConfig(steps=3, val_every=1, ckpt_every=1, keep_best="val")
+    t.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path / "work" / "verl_checkpoints")}})
+    t.meter, t.history, t.method = TokenMeter(backend="verl"), [], build("grpo", {})
+    t.log_metrics = lambda row, step: None
+    t.tokenizer = type("Tok", (), {"save_pretrained": lambda self, d: (Path(d) / "tokenizer.json").write_text("{}")})()
+    for step in (1, 2, 3):
+        hf = t._step_dir(step) / "actor" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text(json.dumps({"step": step}))
+    t.global_steps, t.best = 2, {"step": 2, "val_accuracy": 0.5}
+    t._keep_best()
+    t.save_outputs(tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "model" / "config.json").read_text()) == {"step": 2}
+    assert json.loads((tmp_path / "out" / "best.json").read_text()) == {"step": 2, "val_accuracy": 0.5}
+    assert not (tmp_path / "out" / "model" / "best.json").exists()

@@ -127,3 +127,45 @@ def test_verl_mapping_carries_the_mini_batch(tmp_path):
                                     experiment="e"))
         a = c.actor_rollout_ref.actor
         assert (c.data.train_batch_size, a.ppo_mini_batch_size, a.ppo_epochs) == (160, want, 4)
+
+
+def test_verl_update_splits_the_rows_into_the_configs_mini_batches():
+    """verl's side without workers: the rows padded (loss-free) to a multiple of the mini-batch
+    count x dp x micro-batch, then handed to verl's update as that many mini-batches, the loss
+    divisor per mini-batch (the real rows / k)."""
+    pytest.importorskip("verl", reason="verl (the GPU backend) is not installed in this environment")
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    from components.methods.base import Group
+    from components.trainer.verl.dataproto import groups_to_dataproto
+    from components.trainer.verl.trainer import RLVRPPOTrainer, update_actor_on_rows
+
+    seen = {}
+
+    class Actor:
+        def update_actor(self, td):
+            from verl.utils import tensordict_utils as tu
+            from tensordict import TensorDict
+            seen.update(rows=td.shape[0], mini=tu.get(td, "mini_batch_size"), divisor=tu.get(td, "global_batch_size"))
+            out = TensorDict({}, batch_size=[])
+            tu.assign_non_tensor(out, metrics={"pg_loss": [0.0]})
+            return out
+
+    t = RLVRPPOTrainer.__new__(RLVRPPOTrainer)
+    t.cfg = TrainConfig(batch_prompts=4, ppo_mini_batch_size=1, method_config={"n": 3})
+    t.config = OmegaConf.create({"trainer": {"balance_batch": False}, "actor_rollout_ref": {
+        "rollout": {"temperature": 1.0}, "actor": {"calculate_entropy": False, "ppo_epochs": 1,
+                                                   "data_loader_seed": 0, "shuffle": False}}})
+    t.actor_rollout_wg, t.use_reference_policy = Actor(), False
+    t._get_dp_size = lambda wg, role: 2
+    t._compute_old_log_prob = lambda d: (DataProto.from_dict({"old_log_probs": torch.zeros_like(
+        d.batch["response_mask"], dtype=torch.float32), "entropys": torch.zeros_like(
+        d.batch["response_mask"], dtype=torch.float32)}), None)
+    groups = [Group(uid=f"u{i}", problem_uid=f"p{i}", answer="1", context_ids=(1, 2), prompt_len=2, responses=[(3, 4)] * 3,
+                    texts=["x"] * 3, rewards=[1.0, 0.0, 0.0]) for i in range(4)]
+    data = groups_to_dataproto(groups, pad_id=0, response_length=4)
+    data.batch["advantages"] = torch.ones_like(data.batch["response_mask"], dtype=torch.float32)
+    metrics = update_actor_on_rows(t, data, micro_batch=2, metrics={})
+    # 12 rows -> 16 (a multiple of 4 mini-batches x dp 2 x micro-batch 2): 4 mini-batches of 4 rows
+    assert metrics["pad_rows"] == 4 and seen == {"rows": 16, "mini": 4, "divisor": 3}

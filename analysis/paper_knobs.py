@@ -5,8 +5,8 @@ reads the sweeps and checks that each row's field holds the row's value, and tha
 knob of a paper sweep is set explicitly (none falls back to a tiny-policy default).
 
 A row whose setting the sweep model cannot express yet names the missing field
-(``missing = "<module>:<Model>.<field>"``); its test is an expected failure that turns into a
-failure once the field exists, so the row is then moved to a sweep field. Values the papers do
+(``missing = "<module>:<Model>.<field>"``; none at present); its test fails once the field
+exists, so the row is then moved to a sweep field. Values the papers do
 not state are set in the sweeps and marked there ``[not in the paper]`` (verl's example
 recipes are the reference for them), ``[verl-agent]`` (verl-agent's GiGPO defaults) or
 ``[derived]`` / ``[reading]`` (computed from, or one reading of, the paper's numbers).
@@ -14,7 +14,8 @@ recipes are the reference for them), ``[verl-agent]`` (verl-agent's GiGPO defaul
 Field paths: ``stages.<stage>.<param>``, ``method_config.<method>.<param>``,
 ``method_train.<method>.<param>``, or a top-level sweep field (``models``, ``methods``, ...).
 ``stages.train.<param>`` is read from the train params of every method of the sweep (the
-stage block merged with ``method_train``), so a per-method override cannot hide a wrong value.
+stage block merged with ``method_train``), so a per-method override cannot hide a wrong value;
+``updates_per_step`` is what the train config's fields add up to (``TrainConfig.updates_per_step``).
 """
 from __future__ import annotations
 
@@ -37,15 +38,16 @@ class Knob:
 # fields nnodes and rollout_tp (one node; tp 1 fits models up to 7B on one GPU in bf16)
 TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "warmup_steps", "weight_decay", "grad_clip",
                "temperature", "top_p", "max_new_tokens", "max_prompt_length", "prompt_template",
-               "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_epochs", "micro_batch",
-               "ckpt_every", "val_every", "val_size", "val_samples", "n_gpus_per_node", "gpu_memory_utilization")
+               "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_mini_batch_size", "ppo_epochs",
+               "micro_batch",
+               "ckpt_every", "val_every", "val_size", "val_samples", "val_temperature", "val_top_p", "keep_best",
+               "n_gpus_per_node",
+               "gpu_memory_utilization")
 AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
                        "max_prompt_length", "prompt_template", "adv_estimator", "gamma", "step_weight", "gigpo_mode",
                        "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_size", "layout",
                        "max_episode_tokens", "n_gpus_per_node", "gpu_memory_utilization")
 
-_TRAIN = "components.stages.train:Params"
-_SWEEP = "components.sweep:Sweep"
 
 _V = "VIGOR Appendix C"
 _VIGOR = [
@@ -83,19 +85,21 @@ _VIGOR = [
     Knob("vigor_table1", "stages.train.verl_overrides", "actor_rollout_ref.ref.fsdp_config.param_offload=true",
          _V, "reference model with parameter offloading"),
     Knob("vigor_table1", "stages.train.verl_overrides", "trainer.critic_warmup=0", _V, "critic warm-up 0"),
-    # not expressible yet
-    Knob("vigor_table1", "stages.train.ppo_mini_batch_size", 32, _V,
-         "gradient-update mini-batch 32 (1.5B/3B) / 64 (7B, Phi): the verl mapping binds it to batch_prompts",
-         f"{_TRAIN}.ppo_mini_batch_size"),
+    Knob("vigor_table1", "stages.train.ppo_mini_batch_size", 32, _V, "gradient-update mini-batch 32 (1.5B/3B)"),
+    *(Knob("vigor_table1", f"model_train.{m}.ppo_mini_batch_size", 64, _V, "gradient-update mini-batch 64 (7B, Phi)")
+      for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
     Knob("vigor_table1", "stages.train.updates_per_step", 20, _V,
-         "20 gradient-update steps per training step (ppo_epochs 4 is set: 20 / (160 / 32) passes)",
-         f"{_TRAIN}.ppo_mini_batch_size"),
+         "each training step contains 20 gradient-update steps (160 / 32 x 4 passes; 640 / 64 x 2)"),
+    *(Knob("vigor_table1", f"model_train.{m}.updates_per_step", 20, _V, "20 gradient-update steps per training step")
+      for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
     Knob("vigor_table1", "stages.train.keep_best", "val", "VIGOR Section 5.2, Appendix C",
-         "Table 1 from each method's best average-score checkpoint", f"{_TRAIN}.keep_best"),
-    Knob("vigor_table1", "stages.prepare_data.mixture", "MATH+DAPO", _V,
-         "7B and Phi train on the MATH+DAPO mixture", f"{_SWEEP}.model_data"),
-    Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0",
-         f"{_TRAIN}.val_top_p"),
+         "Table 1 from each method's best average-score checkpoint (here: best held-out validation accuracy)"),
+    Knob("vigor_table1", "stages.prepare_data.mixtures.math_dapo", ["math", "dapo17k"], _V,
+         "7B and Phi train on a mixture of MATH and DAPO data"),
+    *(Knob("vigor_table1", f"model_data.{m}", "math_dapo", _V, "7B and Phi train on the MATH+DAPO mixture")
+      for m in ("Qwen/Qwen2.5-7B", "microsoft/Phi-4-mini-instruct")),
+    Knob("vigor_table1", "stages.train.val_top_p", 0.7, _V, "validation sampling top-p 0.7, temperature 1.0"),
+    Knob("vigor_table1", "stages.train.val_temperature", 1.0, _V, "validation sampling top-p 0.7, temperature 1.0"),
 ]
 
 _P = "VIP summary, Methodology in Plain English"

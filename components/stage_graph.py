@@ -85,7 +85,7 @@ def _pretrain(cfg: Sweep, up: dict) -> list[dict]:
 
 def _filter_hard(cfg: Sweep, up: dict) -> list[dict]:
     models = _by(up, "models", "model")
-    return [call("filter_hard", slug(m), cfg.stages.filter_hard,
+    return [call("filter_hard", slug(m), cfg.filter_params(m),
                  {"data": up["data"]["uri"], "model": _uri(models, m, "models")}, {"model": m})
             for m in cfg.filter_models()]
 

@@ -106,6 +106,9 @@ class Sweep(_Strict):
     # per-model overrides of the train stage's params (VIGOR's 7B / Phi batch and lengths), keyed
     # by an entry of ``models``; applied before method_train: stages.train < model < method
     model_train: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # model -> one of stages.prepare_data.mixtures: the data that model filters and trains on
+    # (components/data/mixtures.py); a model not named takes the base set
+    model_data: dict[str, str] = Field(default_factory=dict)
     # evaluation targets besides/instead of the held-out split: names of
     # components.data.benchmarks.BENCHMARKS; each model is evaluated on each (label "<key>@<bench>")
     benchmarks: list[str] = Field(default_factory=list)
@@ -230,6 +233,21 @@ class Sweep(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _model_data(self) -> "Sweep":
+        mixtures = self.stages.prepare_data.get("mixtures", {})
+        for model, name in self.model_data.items():
+            if model not in self.models:
+                raise FieldError(f"model_data.{model}", f"{model!r} is not one of the sweep's models "
+                                 f"({', '.join(self.models)})")
+            if name not in mixtures:
+                raise FieldError(f"model_data.{model}", f"{name!r} is not one of stages.prepare_data.mixtures "
+                                 f"({', '.join(mixtures) or 'none'})")
+        if self.model_data and self.stages.filter_hard.get("filter_model"):
+            raise FieldError("model_data", "with stages.filter_hard.filter_model every model trains on the filter "
+                             "model's subset: per-model data would be ignored")
+        return self
+
+    @model_validator(mode="after")
     def _models_resolve(self) -> "Sweep":
         # A name without a spec is taken as a path or HF id; a bare word that is
         # neither is almost always a typo of a model_specs key, so say so early.
@@ -302,6 +320,11 @@ class Sweep(_Strict):
         """The model whose filter_hard output is ``model``'s hard subset: the sweep's one
         ``stages.filter_hard.filter_model`` when set, else ``model`` itself."""
         return self.stages.filter_hard.get("filter_model") or model
+
+    def filter_params(self, model: str) -> dict[str, Any]:
+        """stages.filter_hard, reading ``model``'s mixture where ``model_data`` names one."""
+        name = self.model_data.get(model)
+        return {**self.stages.filter_hard, **({"data_mixture": name} if name else {})}
 
     def filter_models(self) -> list[str]:
         """What filter_hard runs for: the one filter model, or every model."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
@@ -104,6 +104,12 @@ class _WithVSR(Method):
 class VIGORVSRConfig(MethodConfig):
     vsr: VSRConfig = Field(default_factory=VSRConfig)
     vigor: VIGORConfig = Field(default_factory=VIGORConfig)
+
+    @model_validator(mode="after")
+    def _variance_rounds(self):
+        if self.vigor.selection != "variance":     # progressive_rounds ranks by variance only
+            raise ValueError(f"vigor.selection {self.vigor.selection!r}: vigor_vsr's rounds are variance-based")
+        return self
 
 
 class VIGORVSR(_WithVSR):

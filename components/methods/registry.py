@@ -44,6 +44,9 @@ _METHODS: dict[str, Entry] = {
     "reinforce_ada_est": Entry("components.methods.reinforce_ada:ReinforceAdaEst"),
     "reinforce_ada_seq": Entry("components.methods.reinforce_ada:ReinforceAdaSeq"),
     "vigor": Entry("components.methods.vigor:VIGOR"),
+    # VIGOR's selection ablation (its Figure 5, left): the same rounds and budget, other rankings
+    "vigor_random": Entry("components.methods.vigor:VIGOR", MATH, {"selection": "random"}),
+    "vigor_difficulty": Entry("components.methods.vigor:VIGOR", MATH, {"selection": "difficulty"}),
     "greso": Entry("components.methods.greso:GRESO"),
     "vip": Entry("components.methods.vip:VIP"),
     "rl_zvp": Entry("components.methods.rl_zvp:RLZVP"),

@@ -24,6 +24,13 @@ Open choices, as config knobs [INF]:
   the prompt was active, ``meta["round_of_sample"]`` gives each sample's round;
 - round t samples with seed offset t, so rounds draw different samples.
 
+The selection rule of rounds t >= 1 is a knob (``selection``), for the paper's ablation
+(Section 5.3, Figure 5 left: "variance-based selection (VIGOR) with difficulty-based and random
+selection ... under the same training setting"): ``variance`` (the paper's), ``random`` (a
+uniform draw of the active set) or ``difficulty`` (the lowest observed success rate first
+[INF]: the text names the rule, not its score). The schedule, and so the budget, is the same;
+registered as ``vigor_random`` / ``vigor_difficulty``.
+
 ``speedup(k)`` is the paper's gain under a Pareto(k) tail of per-prompt variance:
 eta = sum_{i<T} (gamma * alpha^(1-1/k))^i / sum_{i<T} (alpha*gamma)^i, tau = eta^(1/3).
 """
@@ -33,7 +40,7 @@ import math
 from typing import Any, Literal, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
@@ -56,6 +63,16 @@ class VIGORConfig(DifficultyChoice):   # difficulty: graph = rank by posterior_v
     gamma: float = Field(2.0, ge=1.0, description="expansion factor per round")
     alpha: float = Field(0.5, gt=0.0, le=1.0, description="fraction of the active set kept each round")
     rounding: Literal["ceil", "floor"] = "ceil"
+    selection: Literal["variance", "random", "difficulty"] = Field(
+        "variance", description="which active prompts a round expands: highest variance (the paper), a uniform "
+                                "draw, or lowest success rate (its ablation, Figure 5 left)")
+
+    @model_validator(mode="after")
+    def _selection_on_own_estimate(self):
+        if self.selection != "variance" and self.difficulty != "own":
+            raise ValueError(f"selection {self.selection!r} ranks by the prompt's own rollouts; "
+                             f"difficulty {self.difficulty!r} changes only the variance-based rule")
+        return self
 
 
 def bernoulli_var(rewards: Sequence[float]) -> float:
@@ -102,10 +119,19 @@ class VIGOR(Method):
                                 posterior_variance(prior[i], merged[i].rewards, self.config.graph.own_evidence)
                                 for i in active])
                 tie = rng.random(len(active))
-                order = np.lexsort((tie, -var))          # highest variance first, random ties
+                order = np.lexsort((tie, -self._score(var, [merged[i].rewards for i in active])))
                 active = sorted(active[j] for j in order[:a])
             merge_round(merged, active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t), t)
         return merged
+
+    def _score(self, var: np.ndarray, rewards: list) -> np.ndarray:
+        """Higher is expanded first, ties at random: the variance, nothing (random), or the
+        failure rate (difficulty)."""
+        if self.config.selection == "variance":
+            return var
+        if self.config.selection == "random":
+            return np.zeros(len(var))
+        return np.array([1.0 - float(np.mean(r)) for r in rewards])
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return sum(a * per for a, per in self.schedule(batch_size))

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from components.data.mixtures import pools_dir
 from components.stages.base import StageContext, StageParams
 from components.budget import DEFAULT_RESPONSE_TOKENS
 
@@ -26,7 +27,7 @@ INPUTS = ("data", "model")
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model")
+    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model", "data_mixture")
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -45,6 +46,8 @@ class Params(StageParams):
     # keep every prompt of the pools without sampling (papers that train on the whole dataset:
     # VIGOR, VIP); the caps max_prompts / max_heldout still apply
     keep_all: bool = False
+    # the pools of one of prepare_data's mixtures instead of the base set (the sweep's model_data)
+    data_mixture: str | None = None
     # a difficulty band instead of "hard": keep the prompts whose pass rate over all k samples
     # lies in [min_pass, max_pass] (both inclusive; ``c`` is then unused). The sanity sweep's
     # "solved sometimes" prompts: min_pass 0.2, max_pass 0.8.
@@ -133,7 +136,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     try:
         for split, fname, cap, seed in (("train", "train_pool.jsonl", params.max_prompts, params.seed),
                                         ("heldout", "heldout_pool.jsonl", params.max_heldout, params.seed + 1)):
-            pool = read_problems(ctx.input("data") / fname)
+            pool = read_problems(pools_dir(ctx.input("data"), params.data_mixture) / fname)
             if cap == 0 or not pool:
                 write_problems(ctx.out_dir / f"{split}.jsonl", [])
                 out[split] = 0
@@ -173,9 +176,10 @@ def _keep_all(params: Params, ctx: StageContext) -> dict:
     out = {}
     for split, fname, cap in (("train", "train_pool.jsonl", params.max_prompts),
                               ("heldout", "heldout_pool.jsonl", params.max_heldout)):
-        out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", read_problems(ctx.input("data") / fname)[:cap])
+        pools = pools_dir(ctx.input("data"), params.data_mixture)
+        out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", read_problems(pools / fname)[:cap])
     write_json(ctx.out_dir / "stats.json", {"kept": out, "keep_all": True})
     (ctx.out_dir / "tokens.json").write_text("[]")
     if out["train"] == 0:
-        raise ValueError(f"filter_hard: {ctx.input('data')}/train_pool.jsonl has no problems")
+        raise ValueError(f"filter_hard: {pools}/train_pool.jsonl has no problems")
     return {"kept_train": out["train"], "kept_heldout": out["heldout"], "filter_generated_tokens": 0}

@@ -14,9 +14,11 @@ counted with ``on_error: skip``. A real model needs no pretraining set, so
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
+
+from components.data.mixtures import NAME_PATTERN, Part, write_mixtures
 
 from components.stages.base import StageContext, StageParams
 
@@ -26,7 +28,7 @@ INPUTS: tuple[str, ...] = ()
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("path", "on_error", "limit", "heldout_fraction")
+    ADDED_FIELDS = ("path", "on_error", "limit", "heldout_fraction", "mixtures")
 
     source: Literal["synthetic", "openr1", "math", "dapo17k"] = "synthetic"
     path: str | None = Field(None, description="dataset file/dir (real sources)")
@@ -34,6 +36,8 @@ class Params(StageParams):
     limit: int | None = Field(None, ge=1, description="read at most this many problems (real sources)")
     heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of a real dataset held out")
     seed: int = 0
+    # named training mixtures beside the base set (components/data/mixtures.py)
+    mixtures: dict[Annotated[str, StringConstraints(pattern=NAME_PATTERN)], tuple[Part, ...]] = {}
     # 1-digit operands: a 0.8M-parameter model learns the arithmetic in ~300 steps, and the
     # chain length alone sets the difficulty
     operand_digits: int = Field(1, ge=1, le=4)
@@ -49,6 +53,8 @@ class Params(StageParams):
     def _path_for_real_sources(self):
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"source '{self.source}' needs 'path' (a file, directory or dataset name)")
+        if self.mixtures and self.source == "synthetic":
+            raise ValueError("mixtures: real datasets beside a real base set (source is synthetic)")
         return self
 
 
@@ -76,7 +82,11 @@ def run_real(p: Params, ctx: StageContext) -> dict:
                                                        indent=2))
     ctx.tracker.log_metrics({**{f"rows/{k}": v for k, v in counts.items()},
                              **{f"load/{k}": v for k, v in report.items() if isinstance(v, (int, float))}})
-    return {**counts, "skipped": rep.skipped, "filtered": rep.filtered}
+    mixed = write_mixtures(p.mixtures, ctx.out_dir, heldout_fraction=p.heldout_fraction, seed=p.seed,
+                           on_error=p.on_error)
+    if mixed:
+        ctx.tracker.log_metrics({f"rows/{k}": v for k, v in mixed.items()})
+    return {**counts, **mixed, "skipped": rep.skipped, "filtered": rep.filtered}
 
 
 def run(params: Params, ctx: StageContext) -> dict:

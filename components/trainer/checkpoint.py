@@ -12,7 +12,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -55,6 +55,24 @@ def save(ckpt_root: Path, step: int, model, optimizer, scheduler, state: dict[st
     for old in sorted(p for p in ckpt_root.iterdir() if p.name.startswith(PREFIX))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def replace_dir(dst: Path, fill: Callable[[Path], None]) -> None:
+    """``dst`` replaced by what ``fill`` writes into a fresh directory, renamed into place
+    (a crash leaves the old ``dst`` or the new one, never half of either)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".tmp-{dst.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        old = dst.parent / f".old-{dst.name}-{uuid.uuid4().hex[:8]}"
+        if dst.exists():
+            os.replace(dst, old)
+        os.replace(tmp, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def clean_partial(ckpt_root: Path) -> None:

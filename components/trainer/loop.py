@@ -17,7 +17,10 @@ context, the loss rows, the metrics) is the loop's ``task`` (``components.traine
 math by default, ``components.agentic.task.EpisodeTask`` on episodes.
 
 The checkpoint is written after the step's row is in the history, so a resumed run keeps
-every step's metrics. Batches come from :func:`batch_order` (seeded epochs) and a step's
+every step's metrics. With ``keep_best: val`` a validation that beats every earlier one (of a
+trained policy) copies that step's checkpoint weights to ``best_dir()``, with ``best.json``
+naming the step and accuracy; the choice rides in the checkpoint state, so a resumed run keeps
+the best so far, and the stage outputs that model instead of the last. Batches come from :func:`batch_order` (seeded epochs) and a step's
 method rng from ``(seed, step, 17)``, so a resumed run draws what the uninterrupted one did.
 """
 from __future__ import annotations
@@ -36,7 +39,9 @@ from components.progress import step_progress
 from components.trainer.task import VALIDATION_SEED, MathTask, Task
 from components.trainer.train_config import TrainConfig
 
-__all__ = ["FitLoop", "VALIDATION_SEED", "batch_order", "training_tokens"]
+__all__ = ["BEST_FILE", "FitLoop", "VALIDATION_SEED", "batch_order", "training_tokens"]
+
+BEST_FILE = "best.json"   # the kept checkpoint: {"step", "val_accuracy"}
 
 
 def training_tokens(meter: TokenMeter) -> dict[str, int]:
@@ -70,6 +75,7 @@ class FitLoop:
     method: Method
     meter: TokenMeter
     history: list[dict[str, float]]
+    best: dict[str, float] | None = None     # keep_best: val: {"step", "val_accuracy"} of the kept checkpoint
     backend_name: str = "embedded"
 
     # ------------------------------------------------------------------ backend hooks
@@ -89,6 +95,14 @@ class FitLoop:
         raise NotImplementedError
 
     def log_metrics(self, row: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def best_dir(self) -> Path:
+        """Where the kept (best validation) checkpoint's weights live, in the stage work dir."""
+        raise NotImplementedError
+
+    def best_weights(self, dst: Path) -> None:
+        """Write the weights of the checkpoint just saved (or just restored) into ``dst``."""
         raise NotImplementedError
 
     def begin_step(self, step: int) -> None:
@@ -140,6 +154,9 @@ class FitLoop:
             self.method.load_state_dict(state["method"])
             self.meter.load_state_dict(state["meter"])
             self.history = state["history"]
+        self.best = (state or {}).get("best")
+        if self.best is not None:
+            self._check_best(start)
         if start == 0 and val_set:
             self._log(self.validation_metrics(val_set, -1), step=0)
         with step_progress(f"train {c.method} s{c.seed}", c.steps, start) as bar:
@@ -161,16 +178,46 @@ class FitLoop:
                 row.update({"time/step_s": time.monotonic() - t0, "time/generate_s": t_gen})
                 row.update(self.extra_metrics())
                 row.update({f"method/{k}": v for k, v in self.method.step_stats().items()})
+                new_best = False
                 if val_set and ((step + 1) % c.val_every == 0 or step + 1 == c.steps):
-                    row.update(self.validation_metrics(val_set, step))
+                    val = self.validation_metrics(val_set, step)
+                    row.update(val)
+                    new_best = c.keep_best == "val" and (self.best is None or
+                                                         val["val/accuracy"] > self.best["val_accuracy"])
+                    if new_best:
+                        self.best = {"step": step + 1, "val_accuracy": float(val["val/accuracy"])}
                 self._log(row, step=step + 1)
                 if (step + 1) % c.ckpt_every == 0 or step + 1 == c.steps:
+                    extra = {"best": self.best} if c.keep_best == "val" else {}
                     self.save_checkpoint(step, {"method": self.method.state_dict(),
-                                                "meter": self.meter.state_dict(), "history": self.history})
+                                                "meter": self.meter.state_dict(), "history": self.history, **extra})
+                    if new_best:
+                        self._keep_best()
                 bar.advance(1, info=f"reward {row['reward/mean']:.3f} mixed {row['groups/mixed_frac']:.2f}")
                 if on_step is not None:
                     on_step(step)
         return self.summary()
+
+    def _keep_best(self) -> None:
+        def fill(d: Path) -> None:
+            self.best_weights(d)
+            (d / BEST_FILE).write_text(json.dumps(self.best))
+        from components.trainer.checkpoint import replace_dir
+
+        replace_dir(self.best_dir(), fill)
+        self.log_metrics({"best/step": float(self.best["step"]), "best/val_accuracy": self.best["val_accuracy"]},
+                         self.best["step"])
+
+    def _check_best(self, start: int) -> None:
+        """The kept weights are those the restored state names; a crash between a best step's
+        checkpoint and the copy leaves them one behind, and the checkpoint just restored is that step."""
+        f = self.best_dir() / BEST_FILE
+        if f.is_file() and json.loads(f.read_text())["step"] == self.best["step"]:
+            return
+        if self.best["step"] != start:
+            raise RuntimeError(f"{self.best_dir()}: the kept checkpoint is not step {self.best['step']}, "
+                               "the one the restored state names, and that step's checkpoint is gone")
+        self._keep_best()
 
     def _log(self, row: dict[str, float], step: int) -> None:
         clean = {k: float(v) for k, v in row.items() if v is not None and not math.isnan(float(v))}
@@ -187,6 +234,8 @@ class FitLoop:
                "rollouts": tot["sequences"], "final_val_accuracy": last_val[-1] if last_val else None,
                "max_new_tokens": self.cfg.max_new_tokens, "adv_estimator": self.cfg.adv_estimator,
                "clip_ratio": None}
+        if self.cfg.keep_best == "val":
+            out["kept_checkpoint"] = getattr(self, "best", None)
         out.update(self.task.summary(self, tot))
         if self.backend_name != "embedded":
             out["backend"] = self.backend_name
@@ -203,3 +252,14 @@ class FitLoop:
         (out_dir / "tokens.json").write_text(json.dumps(self.meter.to_rows()))
         (out_dir / "method_state.json").write_text(json.dumps(self.method.state_dict()))
         (out_dir / "summary.json").write_text(json.dumps(self.summary(), indent=2))
+        if self.cfg.keep_best == "val":
+            (out_dir / BEST_FILE).write_text(json.dumps(self.best))
+
+    def output_model_dir(self) -> Path | None:
+        """The weights the stage outputs as ``model/`` when they are not the last ones: the
+        kept checkpoint's (``keep_best: val``), None for the last."""
+        if self.cfg.keep_best != "val":
+            return None
+        if self.best is None:
+            raise RuntimeError("keep_best: val, but no validation of a trained policy ran")
+        return self.best_dir()

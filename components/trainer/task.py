@@ -20,6 +20,8 @@ backend's parts (its engine, its ``rollout_ctx`` / ``play``, its meter and confi
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -209,10 +211,15 @@ class MathTask(Task):
 
     def validation_metrics(self, loop, items: list, step: int) -> dict[str, float]:
         """Mean reward and the share of responses cut at the budget, of ``val_samples``
-        samples per held-out prompt drawn with the same seeds at every step."""
+        samples per held-out prompt drawn with the same seeds at every step (at ``val_temperature``
+        / ``val_top_p`` where set)."""
         if not items:
             return {"val/accuracy": float("nan"), "val/clip_ratio": float("nan")}
-        ctx = loop.rollout_ctx(0, VALIDATION_SEED + loop.cfg.seed)
+        c = loop.cfg
+        ctx = loop.rollout_ctx(0, VALIDATION_SEED + c.seed)
+        ctx.sampling = dataclasses.replace(
+            ctx.sampling, temperature=ctx.sampling.temperature if c.val_temperature is None else c.val_temperature,
+            top_p=ctx.sampling.top_p if c.val_top_p is None else c.val_top_p)
         with loop.meter.tagged(step=step):
             groups = ctx.sample_groups(ctx.prompt_items(items), loop.cfg.val_samples, purpose="validation")
         clip = float(np.mean([f == "length" for g in groups for f in g.finish_reasons]))

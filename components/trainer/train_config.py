@@ -31,9 +31,10 @@ class TrainConfig(TaskParams):
     RENAMED = {"batch_seeds": "batch_prompts", "val_seeds": "val_size"}
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
-    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats")
+    ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats",
+                                               "ppo_mini_batch_size", "keep_best", "val_temperature", "val_top_p")
     # fields that mean something on one task only: set on the other, refused
-    ONLY = {"val_samples": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
+    ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "val_temperature": "math", "val_top_p": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
             "gigpo_mode": "agentic", "episode_stats": "agentic"}
 
     method: str = "grpo"
@@ -58,12 +59,24 @@ class TrainConfig(TaskParams):
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_coef: float = Field(0.0, ge=0.0)
-    ppo_epochs: int = Field(1, ge=1)
+    ppo_epochs: int = Field(1, ge=1, description="passes over the step's rollouts (verl's ppo_epochs)")
+    # verl's ppo_mini_batch_size, in prompts: the step's rollouts are split into
+    # batch_prompts / ppo_mini_batch_size mini-batches, each its own optimizer step, every pass
+    # (ppo_epochs) over them, PPO-clipped against the rollout policy's log-probs. None: the
+    # whole batch is one mini-batch (one optimizer step per pass)
+    ppo_mini_batch_size: int | None = Field(None, ge=1, description="prompts per optimizer step (None: batch_prompts)")
     micro_batch: int = Field(64, ge=1)
     ckpt_every: int = Field(10, ge=1)
     val_every: int = Field(10, ge=1)
     val_size: int = Field(64, ge=0, description="held-out items validated on: prompts, or map seeds (agentic)")
+    # the checkpoint the stage outputs: the last one, or (``val``) the one of the best validation
+    # accuracy among the trained ones (earliest on a tie); each validation must be a checkpoint
+    # step, so the choice is a checkpoint a resumed run also has
+    keep_best: Literal["last", "val"] = "last"
     val_samples: int = Field(4, ge=1, description="math: samples per held-out prompt (agentic: 1 episode)")
+    # validation sampling (math; verl's rollout.val_kwargs): None = the training rollouts' value
+    val_temperature: float | None = Field(None, gt=0)
+    val_top_p: float | None = Field(None, gt=0, le=1)
     grading_timeout_s: float = Field(5.0, gt=0)
     # agentic (GiGPO): A = A^E + step_weight * A^S; "episode" estimator: A^E only
     gamma: float = Field(0.95, ge=0, le=1)
@@ -77,7 +90,24 @@ class TrainConfig(TaskParams):
             raise FieldError("adv_estimator", f"{self.adv_estimator!r} does not apply to task {self.task} "
                                               f"(estimators for {self.task}: {', '.join(ESTIMATORS[self.task])})")
         check_method(self.method, self.method_config, self.task)
+        if self.keep_best == "val" and (self.val_size == 0 or self.val_every % self.ckpt_every):
+            raise FieldError("keep_best", f"val needs validation (val_size {self.val_size}) at checkpoint steps: "
+                                          f"val_every {self.val_every} a multiple of ckpt_every {self.ckpt_every}")
+        mb = self.ppo_mini_batch_size
+        if mb is not None and (mb > self.batch_prompts or self.batch_prompts % mb):
+            raise FieldError("ppo_mini_batch_size", f"{mb} does not divide batch_prompts {self.batch_prompts} "
+                                                    "(verl's rule: each mini-batch the same number of prompts)")
         return self
+
+    @property
+    def mini_batches(self) -> int:
+        """Optimizer steps per pass over a training step's rollouts."""
+        return self.batch_prompts // (self.ppo_mini_batch_size or self.batch_prompts)
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer steps per training step: mini-batches x passes."""
+        return self.mini_batches * self.ppo_epochs
 
 
 def check_method(method: str, config: dict[str, Any], task: str) -> None:

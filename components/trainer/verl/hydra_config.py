@@ -4,10 +4,11 @@ verl's config is composed from its packaged YAML with the Hydra compose API, exa
 ``python -m verl.trainer.main_ppo key=value ...`` would, so every default we do not set is
 verl's own. The mapping:
 
-* batch: ``data.train_batch_size = ppo_mini_batch_size = batch_prompts`` and
-  ``rollout.n = n`` (the method's samples per prompt): one optimizer step per training
-  step, as the embedded trainer does. Methods with variable group sizes (VSR, DAPO, ...)
-  still go through verl's update with the step's actual batch size (trainer.py).
+* batch: ``data.train_batch_size = batch_prompts``, ``rollout.n = n`` (the method's samples
+  per prompt), ``ppo_mini_batch_size`` (prompts per optimizer step; default the whole batch:
+  one step per pass) and ``ppo_epochs``, as the embedded trainer splits the step. Methods with
+  variable group sizes (VSR, DAPO, ...) go through verl's update with the step's actual rows,
+  split into the same number of mini-batches (trainer.py).
 * advantages: ``grpo`` -> ``adv_estimator=grpo``; ``drgrpo`` -> grpo with
   ``norm_adv_by_std_in_grpo=False``; ``rloo`` -> ``rloo``. ``loss_agg_mode`` is passed
   through, with ``loss_scale_factor = max_new_tokens`` (the constant horizon of
@@ -82,13 +83,13 @@ def overrides(cfg: TrainConfig, *, model_path: str | Path, work_dir: str | Path,
         # model (actor, rollout and ref share it)
         "actor_rollout_ref.model.path": str(Path(model_path).resolve()),
         "actor_rollout_ref.model.use_remove_padding": True,
-        # data / batch sizes: one update per step
+        # data / batch sizes: batch_prompts / ppo_mini_batch_size optimizer steps per pass
         "data.train_batch_size": cfg.batch_prompts,
         "data.max_prompt_length": max_prompt_length,
         "data.max_response_length": cfg.max_new_tokens,
         "data.seed": cfg.seed,
         "data.dataloader_num_workers": 0,   # the dataset is indices (trainer._Indices): no worker processes
-        "actor_rollout_ref.actor.ppo_mini_batch_size": cfg.batch_prompts,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": getattr(cfg, "ppo_mini_batch_size", None) or cfg.batch_prompts,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": cfg.micro_batch,
         "actor_rollout_ref.actor.ppo_epochs": cfg.ppo_epochs,
         "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
@@ -148,6 +149,12 @@ def overrides(cfg: TrainConfig, *, model_path: str | Path, work_dir: str | Path,
         "trainer.nnodes": nnodes,
         "trainer.balance_batch": True,
     }
+    # validation samples through the same per-request overrides as training (rollout.py); the
+    # config says so too where a sweep sets them
+    for key in ("temperature", "top_p"):
+        if getattr(cfg, f"val_{key}", None) is not None:
+            ov[f"actor_rollout_ref.rollout.val_kwargs.{key}"] = getattr(cfg, f"val_{key}")
+            ov["actor_rollout_ref.rollout.val_kwargs.do_sample"] = True
     return [f"{k}={_hydra_value(v)}" for k, v in ov.items()] + list(extra)
 
 

@@ -115,17 +115,21 @@ class VerlTrainer(RayPPOTrainer):
         self.logger.log(data=row, step=step)
 
     def _update_actor(self, batch):
-        """verl's update with the step's real batch size as the (single) mini-batch: methods
-        with variable group sizes (VSR, DAPO, PODS) keep one optimizer step per training step."""
+        """verl's update on the step's real rows, split into the config's number of mini-batches
+        (``TrainConfig.mini_batches``; rows padded to a multiple by ``update_actor_on_rows``):
+        methods with variable group sizes (VSR, DAPO, PODS) keep the optimizer steps per
+        training step that fixed-size ones take."""
         batch.meta_info["multi_turn"] = False
         batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
         # the loss is a mean over the rows that carry loss: pad rows (update's divisor padding)
         # must not dilute it, so global_batch_size counts rows with a response token
-        real_rows = max(1, int((batch.batch["response_mask"].sum(-1) > 0).sum()))
+        # (per mini-batch: the mean, exact when every prompt has its n rows and no pad)
+        k = self.cfg.mini_batches
+        real_rows = max(1, round(int((batch.batch["response_mask"].sum(-1) > 0).sum()) / k))
         td = left_right_2_no_padding(batch.to_tensordict())
         actor = self.config.actor_rollout_ref.actor
         tu.assign_non_tensor(td, calculate_entropy=bool(actor.calculate_entropy), distillation_use_topk=False,
-                             distillation_only=False, global_batch_size=real_rows, mini_batch_size=len(batch),
+                             distillation_only=False, global_batch_size=real_rows, mini_batch_size=len(batch) // k,
                              epochs=actor.ppo_epochs, seed=actor.data_loader_seed,
                              dataloader_kwargs={"shuffle": actor.shuffle}, compute_loss=True)
         out = rename_dict(tu.get(self.actor_rollout_wg.update_actor(td), "metrics"), "actor/")
@@ -135,6 +139,12 @@ class VerlTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ checkpoints
     def _step_dir(self, step: int) -> Path:
         return Path(self.config.trainer.default_local_dir) / f"global_step_{step}"
+
+    def best_dir(self) -> Path:
+        return Path(self.config.trainer.default_local_dir).parent / "best"
+
+    def best_weights(self, dst: Path) -> None:
+        shutil.copytree(self._step_dir(self.global_steps) / "actor" / "huggingface", dst, dirs_exist_ok=True)
 
     def restore(self) -> tuple[int, dict[str, Any] | None]:
         self.global_steps = 0
@@ -168,12 +178,13 @@ class VerlTrainer(RayPPOTrainer):
         return self.run_loop(items, val_items, resources, self.tokenizer)
 
     def save_outputs(self, out_dir: Path) -> None:
-        """The embedded trainer's outputs; the model is the last checkpoint's HF export."""
+        """The embedded trainer's outputs; the model is the last checkpoint's HF export (or the
+        kept one's, ``keep_best: val``)."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        hf = self._step_dir(self.cfg.steps) / "actor" / "huggingface"
+        hf = self.output_model_dir() or self._step_dir(self.cfg.steps) / "actor" / "huggingface"
         if not (hf / "config.json").is_file():
             raise RuntimeError(f"{hf}: no HF export in the final verl checkpoint (save_contents needs hf_model)")
-        shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True)
+        shutil.copytree(hf, out_dir / "model", dirs_exist_ok=True, ignore=shutil.ignore_patterns("best.json"))
         self.tokenizer.save_pretrained(out_dir / "model")
         self.write_records(out_dir)
 
@@ -306,7 +317,7 @@ def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics
     # micro_batch (engine/utils.py:125 asserts it), so 16 rows at micro_batch 64, or a
     # variable-size VSR/DAPO step, would crash
     dp = trainer._get_dp_size(trainer.actor_rollout_wg, "actor")
-    data, pad = pad_dataproto_to_divisor(data, dp * micro_batch)
+    data, pad = pad_dataproto_to_divisor(data, dp * micro_batch * trainer.cfg.mini_batches)
     if pad:
         data.batch["response_mask"][-pad:] = 0
         data.batch["advantages"][-pad:] = 0

@@ -10,9 +10,9 @@ dual clip) or NLL for supervised groups, aggregated as configured over micro-bat
 actor: the step's groups split into mini-batches of ``ppo_mini_batch_size`` prompts (default:
 the whole batch), one optimizer step each, ``ppo_epochs`` passes, the ratio against the
 rollout policy's log-probs once there is more than one step. Replayed prefixes are context, so
-they never reach the loss. Checkpoints hold everything a resumed run needs to continue identically: weights, optimizer, method state,
-token meter, metric history (sampling seeds are a function of (seed, step), so no RNG state
-has to be carried).
+they never reach the loss. Checkpoints hold everything a resumed run needs to continue
+identically: weights, optimizer, method state, token meter, metric history (sampling seeds are a
+function of (seed, step), so no RNG state has to be carried).
 """
 from __future__ import annotations
 

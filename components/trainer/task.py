@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from components.data.task_stages import ProblemStages
 from components.methods.base import Group, GradeFn, RolloutContext
 
 # validation samples are drawn with this offset on the run's seed, the same at every step
@@ -85,8 +86,39 @@ class Task:
         """The expert traces of the training items into ``traces.json``; the stage's summary."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ the data stages' part
+    EVAL_RECORDS: ClassVar[str]         # evaluate's file of per-sample records
 
-class MathTask(Task):
+    @staticmethod
+    def prepare_data(params, ctx) -> dict:
+        """The task's item pools into ``ctx.out_dir``; the stage's summary."""
+        raise NotImplementedError
+
+    @staticmethod
+    def filter_hard(params, ctx) -> dict:
+        """The training items the base policy rarely solves (and the held-out items) into ``ctx.out_dir``."""
+        raise NotImplementedError
+
+    @classmethod
+    def evaluation(cls, params, ctx) -> tuple["Task", list, int]:
+        """The task evaluate samples through, its held-out items as (uid, item) pairs and the
+        samples per item and sampling seed."""
+        raise NotImplementedError
+
+    def eval_samples(self, engine, tok, items: list, n: int, sampling, params) -> list[list]:
+        """``n`` scored samples (``components.stages.evaluate.Sample``) of each item."""
+        raise NotImplementedError
+
+    def majority(self, samples: list) -> bool:
+        """maj@k of one item's samples."""
+        raise NotImplementedError
+
+    def eval_fields(self, samples: list) -> tuple[dict[str, Any], dict[str, float]]:
+        """The task's own fields of ``results.json`` and MLflow metrics, from every sample."""
+        return {}, {}
+
+
+class MathTask(ProblemStages, Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
     generates. ``grade`` may be None where the backend grades (verl's reward workers)."""
     name = "math"

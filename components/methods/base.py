@@ -164,6 +164,9 @@ class Method:
     per_token_advantages: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- lifecycle
+    def __init__(self, config: MethodConfig):
+        self.config = config
+
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         """Called once before training with the training problems and stage inputs."""
 

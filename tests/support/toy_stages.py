@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import yaml
 from pydantic import Field
 
 from components.stages.base import StageContext, StageParams
@@ -87,6 +88,14 @@ train = _toy("train", ("model", "hard", "prefixes"), _TrainParams)
 evaluate = _toy("evaluate", ("model", "hard"), _EvaluateParams)
 tokens = _toy("tokens", ("run_*",), StageParams)
 tables = _toy("tables", ("eval_*", "run_*", "tokens"), StageParams)
+
+
+def toy_sweep(name: str, methods=("grpo", "vsr"), retries: int = 0, method_config: dict | None = None,
+              **stages: dict) -> str:
+    """A sweep file's text for the toy stages: one seed, the tiny model at its defaults."""
+    return yaml.safe_dump({"name": name, "seeds": [0], "models": ["tiny"], "model_specs": {"tiny": {}},
+                           "methods": list(methods), "stages": stages, "method_config": method_config or {},
+                           "retries": retries, "retry_delay_s": 0}, sort_keys=False)
 
 
 ALL = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")

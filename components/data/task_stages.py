@@ -1,6 +1,7 @@
 """The math task's part of the data stages: problem pools (prepare_data), the early-stopped
 hard filter (filter_hard) and graded samples (evaluate). ``components.trainer.task.MathTask``
-takes these hooks; the stage modules in ``components.stages`` hold the params and the rest."""
+inherits these hooks; the stage modules in ``components.stages`` hold the params and the rest.
+It imports no trainer, so the data stages' code fingerprint stays their own."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,17 @@ from collections import Counter
 
 
 class ProblemStages:
-    """The data-stage hooks of a task whose items are problems (``components.data.schema``)."""
+    """The data-stage hooks of a task whose items are problems (``components.data.schema``),
+    graded by ``grade`` (None where the backend grades: verl's reward workers)."""
     EVAL_RECORDS = "samples.jsonl"
+
+    def __init__(self, grade=None):
+        self.grade = grade
+
+    def close(self) -> None:
+        """Stop the grader's worker processes."""
+        if self.grade is not None and hasattr(self.grade, "grader"):
+            self.grade.grader.close()
 
     @staticmethod
     def prepare_data(params, ctx) -> dict:

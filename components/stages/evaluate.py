@@ -1,7 +1,7 @@
 """evaluate: accuracy of one policy on a held-out set, on every task.
 
-The task (``task``) supplies the items and their samples (``Task.evaluation`` /
-``Task.eval_samples``): math samples ``samples_per_seed`` responses per held-out problem and
+The task (``task``) supplies the items and their samples (its ``evaluation`` /
+``eval_samples``, ``components.stages.task_parts``): math samples ``samples_per_seed`` responses per held-out problem and
 grades them; episodes play ``episodes_per_seed`` episodes per held-out map seed (the paper: 128
 fixed seeds) and score success. The metrics are written once, here, with the same keys for
 both, so the tables stage reads either unchanged.
@@ -111,12 +111,12 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.algos.metrics import pass_at_k
     from components.engine.base import SamplingParams, TokenMeter
     from components.stages.common import open_engine, set_threads, write_json
-    from components.trainer.task import task_class
+    from components.stages.task_parts import data_stages
 
     set_threads(params.threads)
     model_dir = ctx.input("model")
     train_summary = json.loads((model_dir / "summary.json").read_text()) if (model_dir / "summary.json").is_file() else {}
-    task, items, n_per_seed = task_class(params.task).evaluation(params, ctx)
+    task, items, n_per_seed = data_stages(params.task).evaluation(params, ctx)
     meter = TokenMeter(stage="evaluate", label=params.label)
     samples: dict[str, list[Sample]] = {uid: [] for uid, _ in items}
     per_seed = []

@@ -1,5 +1,5 @@
 """filter_hard: keep the training items the base policy almost never solves, on every task
-(``Task.filter_hard``).
+(the task's ``filter_hard``).
 
 Math: 
 k samples per prompt at the base policy's sampling settings; a prompt is kept when it
@@ -98,7 +98,7 @@ class Params(TaskParams):
 
 def run(params: Params, ctx: StageContext) -> dict:
     from components.stages.common import set_threads
-    from components.trainer.task import task_class
+    from components.stages.task_parts import data_stages
 
     set_threads(params.threads)
-    return task_class(params.task).filter_hard(params, ctx)
+    return data_stages(params.task).filter_hard(params, ctx)

@@ -1,4 +1,4 @@
-"""prepare_data: the item pools of a sweep, on every task (``Task.prepare_data``).
+"""prepare_data: the item pools of a sweep, on every task (the task's ``prepare_data``).
 
 Math: problem sets in the canonical schema.
 ``synthetic`` (the embedded default): an easy pretraining set with expert traces, a
@@ -69,6 +69,6 @@ class Params(TaskParams):
 
 
 def run(params: Params, ctx: StageContext) -> dict:
-    from components.trainer.task import task_class
+    from components.stages.task_parts import data_stages
 
-    return task_class(params.task).prepare_data(params, ctx)
+    return data_stages(params.task).prepare_data(params, ctx)

@@ -11,7 +11,10 @@ written once; a :class:`Task` supplies
 * the rows that enter the loss and their advantages (``loss_rows``: a math group is its own
   rows, advantages from the outcome estimator; an episode gives one row per generated turn,
   advantages from GiGPO);
-* the step's metrics, the validation metric and the summary fields.
+* the step's metrics, the validation metric and the summary fields;
+* the data stages' part, inherited (``components.data.task_stages.ProblemStages``,
+  ``components.agentic.data_stages.EpisodeStages``): the item pools, the filter score and the
+  evaluation samples.
 
 The two tasks are :class:`MathTask` (here) and ``components.agentic.task.EpisodeTask``
 (``TASKS``; ``TrainConfig.task`` names one); ``from_stage`` reads a task's items from the
@@ -25,7 +28,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from components.data.task_stages import ProblemStages
-from components.methods.base import Group, GradeFn, RolloutContext
+from components.methods.base import Group, RolloutContext
 
 # validation samples are drawn with this offset on the run's seed, the same at every step
 VALIDATION_SEED = 7_919
@@ -86,45 +89,11 @@ class Task:
         """The expert traces of the training items into ``traces.json``; the stage's summary."""
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ the data stages' part
-    EVAL_RECORDS: ClassVar[str]         # evaluate's file of per-sample records
-
-    @staticmethod
-    def prepare_data(params, ctx) -> dict:
-        """The task's item pools into ``ctx.out_dir``; the stage's summary."""
-        raise NotImplementedError
-
-    @staticmethod
-    def filter_hard(params, ctx) -> dict:
-        """The training items the base policy rarely solves (and the held-out items) into ``ctx.out_dir``."""
-        raise NotImplementedError
-
-    @classmethod
-    def evaluation(cls, params, ctx) -> tuple["Task", list, int]:
-        """The task evaluate samples through, its held-out items as (uid, item) pairs and the
-        samples per item and sampling seed."""
-        raise NotImplementedError
-
-    def eval_samples(self, engine, tok, items: list, n: int, sampling, params) -> list[list]:
-        """``n`` scored samples (``components.stages.evaluate.Sample``) of each item."""
-        raise NotImplementedError
-
-    def majority(self, samples: list) -> bool:
-        """maj@k of one item's samples."""
-        raise NotImplementedError
-
-    def eval_fields(self, samples: list) -> tuple[dict[str, Any], dict[str, float]]:
-        """The task's own fields of ``results.json`` and MLflow metrics, from every sample."""
-        return {}, {}
-
 
 class MathTask(ProblemStages, Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
     generates. ``grade`` may be None where the backend grades (verl's reward workers)."""
     name = "math"
-
-    def __init__(self, grade: GradeFn | None = None):
-        self.grade = grade
 
     def context(self, loop, step: int, seed: int) -> RolloutContext:
         return loop.rollout_ctx(step, seed)
@@ -142,10 +111,6 @@ class MathTask(ProblemStages, Task):
         if "teacher" in ctx.inputs:          # a distilling method's teacher model (PG-OPD)
             resources["teacher"] = ctx.input("teacher")
         return cls(grade_fn(params.grading_timeout_s)), problems, val, resources
-
-    def close(self) -> None:
-        if self.grade is not None and hasattr(self.grade, "grader"):
-            self.grade.grader.close()
 
     @staticmethod
     def seed_prefixes(params, ctx) -> dict:

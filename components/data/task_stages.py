@@ -79,6 +79,11 @@ class ProblemStages:
 
         return maj_at_k([s.answer for s in samples], [s.correct for s in samples])
 
+    @staticmethod
+    def eval_fields(samples) -> tuple[dict, dict]:
+        """No fields of math's own beyond the shared ones."""
+        return {}, {}
+
 
 def write_pools(params, ctx) -> dict:
     if params.source != "synthetic":

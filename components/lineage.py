@@ -66,30 +66,23 @@ def register_stage(name: str, module_path: str) -> None:
     STAGES[name] = module_path
 
 
-# ``task: <name>`` in a stage's params selects that task's module of the same stage name
-# (same inputs and outputs; the math task's stages need no ``task``), unless the stage's
-# module takes every task (its ``TASKS``)
-TASK_STAGES: dict[str, str] = {"agentic": "components.agentic.stages"}
-
-
 def _stage_tasks(module_path: str) -> tuple[str, ...]:
     mod = importlib.import_module(module_path.partition(":")[0])
     return tuple(getattr(mod, "TASKS", ("math",)))
 
 
 def stage_module_path(name: str, params: dict | None = None) -> str:
+    """The module of stage ``name``; a ``task`` in its params must be one the module takes
+    (its ``TASKS``; math only when it names none)."""
     overrides = json.loads(os.environ.get(OVERRIDES_ENV) or "{}")
     if name in overrides:
         return overrides[name]
     if name not in STAGES:
         raise StageError(f"unknown stage '{name}' (known: {', '.join(sorted(STAGES))})")
     task = (params or {}).get("task") if isinstance(params, dict) else None
-    if task is not None and task not in _stage_tasks(STAGES[name]):
-        if task not in TASK_STAGES:
-            raise StageError(f"stage '{name}': params.task: unknown task {task!r} "
-                             f"(known: {', '.join(['math', *TASK_STAGES])})",
-                             "task", f"unknown task {task!r}")
-        return f"{TASK_STAGES[task]}.{name}"
+    if task is not None and task not in (known := _stage_tasks(STAGES[name])):
+        raise StageError(f"stage '{name}': params.task: unknown task {task!r} (known: {', '.join(known)})",
+                         "task", f"unknown task {task!r}")
     return STAGES[name]
 
 

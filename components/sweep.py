@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from components import preregistration
 from components.budget import DEFAULT_RESPONSE_TOKENS
@@ -139,22 +140,13 @@ class Sweep(_Strict):
             raise ValueError("must be letters, digits, '_', '-', '.' (it becomes the DAG id and MLflow experiment)")
         return v
 
-    @field_validator("seeds")
+    @field_validator("seeds", "models", "methods")
     @classmethod
-    def _seeds(cls, v: list[int]) -> list[int]:
-        return _no_duplicates(v, "seed")
-
-    @field_validator("models")
-    @classmethod
-    def _models(cls, v: list[str]) -> list[str]:
-        _no_duplicates(v, "model")
-        _no_duplicates([slug(m) for m in v], "model slug")
+    def _distinct(cls, v: list, info: ValidationInfo) -> list:
+        _no_duplicates(v, info.field_name.removesuffix("s"))
+        if info.field_name == "models":
+            _no_duplicates([slug(m) for m in v], "model slug")
         return v
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, v: list[str]) -> list[str]:
-        return _no_duplicates(v, "method")
 
     @field_validator("benchmarks")
     @classmethod

@@ -88,7 +88,8 @@ def test_filter_pool_counts_every_truncated_response(tok, model):
     from components.data.synthetic import generate_problems
     from components.engine.base import TokenMeter
     from components.stages.common import grade_fn, make_engine
-    from components.stages.filter_hard import Params, filter_pool
+    from components.data.task_stages import filter_pool
+    from components.stages.filter_hard import Params
 
     problems = generate_problems(5, [3], seed=0, operand_digits=1)
     params = Params(k=4, round_size=2, max_new_tokens=6, min_pass=0.0, max_pass=0.5)

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,20 +22,8 @@ from components.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support"
-SWEEP = """\
-name: clitest
-seeds: [0]
-models: [tiny]
-model_specs: {tiny: {}}
-methods: [grpo, vsr]
-stages:
-  train: {steps: 2}
-  evaluate: {samples: 2}
-method_config:
-  vsr: {rho: 0.5}
-retries: 1
-retry_delay_s: 0
-"""
+PARTS = {"retries": 1, "method_config": {"vsr": {"rho": 0.5}}, "train": {"steps": 2}, "evaluate": {"samples": 2}}
+SWEEP = toy_stages.toy_sweep("clitest", **PARTS)
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -160,7 +147,7 @@ def test_run_stage_command(tmp_path, monkeypatch):
 def test_bad_sweep_exits_2_with_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
     bad = tmp_path / "bad.yaml"
-    bad.write_text(textwrap.dedent(SWEEP).replace("methods: [grpo, vsr]", "methods: [grpo, vsrx]"))
+    bad.write_text(toy_stages.toy_sweep("clitest", methods=("grpo", "vsrx"), **PARTS))
     r = CliRunner().invoke(app, ["sweep", str(bad)])
     assert r.exit_code == 2
     assert r.stderr == f"{bad}: methods: unknown method 'vsrx' (available: " + r.stderr.split("(available: ")[1]
@@ -172,10 +159,10 @@ def test_sweep_preflight_checks_stage_params(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "rlvr"))
     monkeypatch.setenv(lineage.OVERRIDES_ENV, json.dumps(toy_stages.OVERRIDES))
     bad = tmp_path / "bad.yaml"
-    bad.write_text(SWEEP.replace("  train: {steps: 2}", "  train: {steps: 2, bogus: 1}"))
+    bad.write_text(toy_stages.toy_sweep("clitest", **{**PARTS, "train": {"steps": 2, "bogus": 1}}))
     r = CliRunner().invoke(app, ["sweep", str(bad)])
     assert r.exit_code == 2 and r.stderr == f"{bad}: stages.train.bogus: unknown parameter\n"
-    bad.write_text(SWEEP.replace("  evaluate: {samples: 2}", "  evaluate: {samples: x}"))
+    bad.write_text(toy_stages.toy_sweep("clitest", **{**PARTS, "evaluate": {"samples": "x"}}))
     r = CliRunner().invoke(app, ["sweep", str(bad)])
     assert r.exit_code == 2 and r.stderr.startswith(f"{bad}: stages.evaluate.samples: ")
     assert not (tmp_path / "rlvr" / "airflow").exists()

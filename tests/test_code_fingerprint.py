@@ -86,14 +86,20 @@ def test_real_stages_cover_what_they_run_and_skip_bookkeeping():
     assert "components.stages.tables" not in train  # another stage's change does not touch train
 
 
-@pytest.mark.parametrize("stage", ["train", "evaluate", "filter_hard", "pretrain"])
+@pytest.mark.parametrize("stage", ["prepare_data", "train", "evaluate", "filter_hard", "pretrain"])
 def test_agentic_stages_cover_the_environments_they_make(stage):
     # environments are made by name (make_env("sokoban")): the registry's module-path table
     # is what puts their files into the fingerprint
-    every_task = ("train", "pretrain")      # one stage module for every task
-    files = cf.module_files(f"components.stages.{stage}" if stage in every_task else f"components.agentic.stages.{stage}")
+    files = cf.module_files(f"components.stages.{stage}")
     for mod in ("components.envs.sokoban", "components.envs.sokoban_gen", "components.envs.babyai"):
         assert mod in files, (stage, mod)
+
+
+@pytest.mark.parametrize("stage", ["prepare_data", "filter_hard", "evaluate"])
+def test_data_stages_cover_both_tasks_parts_and_no_trainer(stage):
+    files = cf.module_files(f"components.stages.{stage}")
+    assert {"components.data.task_stages", "components.agentic.data_stages"} <= set(files)
+    assert not [m for m in files if m.startswith(("components.trainer", "components.methods"))]
 
 
 @pytest.mark.parametrize("edited, flips", [

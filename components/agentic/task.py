@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from components.agentic.data_stages import EpisodeStages
 from components.agentic.rollout import (EpisodeContext, EpisodeGroup, EpisodeRun, Start, episode_runs,
                                         prompt_encoder, rollout_episodes, success_rate, to_gigpo_episodes)
 from components.algos.advantages import adv_estimator
@@ -44,12 +45,14 @@ def turn_rows(runs: Sequence[EpisodeRun], cfg) -> list[Group]:
     return rows
 
 
-class EpisodeTask(Task):
+class EpisodeTask(EpisodeStages, Task):
     """Episodes of ``make_env()``; a turn's prompt above ``max_prompt_length`` tokens raises."""
     name = "agentic"
 
-    def __init__(self, make_env: Callable | None = None, max_prompt_length: int | None = None):
-        self.make_env, self.max_prompt_length = make_env, max_prompt_length
+    def __init__(self, make_env: Callable | None = None, max_prompt_length: int | None = None,
+                 env: dict[str, Any] | None = None):
+        super().__init__(make_env, env)
+        self.max_prompt_length = max_prompt_length
 
     def play(self, loop, starts: Sequence[Start], seed: int, purpose: str) -> list[EpisodeRun]:
         """Every start's episodes on the loop's engine (the embedded backend's ``play``)."""
@@ -61,7 +64,7 @@ class EpisodeTask(Task):
 
     @classmethod
     def from_stage(cls, params, ctx, tokenizer) -> tuple["EpisodeTask", list[int], list[int], dict[str, Any]]:
-        from components.agentic.stages.common import env_factory, read_env
+        from components.envs.spec import env_factory, read_env
         from components.stages.common import read_json
 
         kept = read_json(ctx.input("hard") / "train.json")
@@ -76,7 +79,7 @@ class EpisodeTask(Task):
         """No expert trajectories unless ``expert_episodes``: then the environment expert's
         solved episode (action texts) per kept map seed."""
         from components.agentic.bc import expert_action
-        from components.agentic.stages.common import env_factory, read_env
+        from components.envs.spec import env_factory, read_env
         from components.stages.common import read_json, write_json
 
         traces = {}
@@ -99,7 +102,7 @@ class EpisodeTask(Task):
         success rate on the first ``probe_seeds`` train-pool seeds (one episode each, temperature 1)."""
         from components.agentic.bc import demonstrations
         from components.agentic.policy import build_agent_tokenizer
-        from components.agentic.stages.common import env_factory, read_env, write_env
+        from components.envs.spec import env_factory, read_env, write_env
         from components.engine.base import TokenMeter
         from components.policy.model import TinyPolicyConfig, build_policy, save_policy
         from components.policy.pretraining import pretrain_policy

@@ -69,6 +69,16 @@ class Group:
     def mixed(self) -> bool:
         return len(set(self.rewards)) > 1
 
+    def add_round(self, other: "Group", t: int) -> None:
+        """``other``'s samples (round ``t`` on the same start state) appended to this group's,
+        each recorded in ``meta["round_of_sample"]``."""
+        self.responses += other.responses
+        self.texts += other.texts
+        self.rewards += other.rewards
+        self.reasons += other.reasons
+        self.finish_reasons += other.finish_reasons
+        self.meta["round_of_sample"] += [t] * other.n
+
     def trajectory(self, i: int, eos: int | None = None) -> list[int]:
         """Sample ``i`` from the prompt on: the replayed prefix, then its response (EOS dropped)."""
         return list(self.context_ids[self.prompt_len:]) + [t for t in self.responses[i] if t != eos]
@@ -154,6 +164,9 @@ class Method:
     per_token_advantages: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- lifecycle
+    def __init__(self, config: MethodConfig):
+        self.config = config
+
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         """Called once before training with the training problems and stage inputs."""
 

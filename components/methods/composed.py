@@ -43,12 +43,7 @@ def replay_units(vsr: VSR, batch: Sequence[Problem], ctx: RolloutContext,
                  rng: np.random.Generator) -> tuple[list[tuple], list[float]]:
     """The step's B units as ``sample_groups`` items, and each unit's success estimate
     (NaN for a fresh prompt: the caller's own model predicts it)."""
-    vsr.step = ctx.step
-    vsr._evict()
-    k = int(round(vsr.config.rho * len(batch)))
-    replays = vsr.select_replays(k, rng) if k > 0 else []
-    fresh = list(batch)[: len(batch) - len(replays)]
-    items = ctx.prompt_items(fresh)
+    items, replays = vsr.plan_step(batch, ctx, rng)
     p_hat = [float("nan")] * len(items)
     for uid, cut, _ in replays:
         prob, traj = vsr.problems[uid], vsr.buffer[uid]
@@ -84,6 +79,10 @@ def _tag(groups: list[Group], p_hat: Sequence[float]) -> None:
 
 
 class _WithVSR(Method):
+    def __init__(self, config):
+        self.config, self.vsr = config, VSR(config.vsr)
+        self.last_stats: dict[str, float] = {}
+
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.vsr.setup(problems, resources)
 
@@ -98,6 +97,12 @@ class _WithVSR(Method):
 
     def step_stats(self) -> dict[str, float]:
         return {**self.last_stats, **self.vsr.step_stats()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"vsr": self.vsr.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.vsr.load_state_dict(state["vsr"])
 
 
 # ---------------------------------------------------------------------------- VIGOR x VSR
@@ -117,9 +122,8 @@ class VIGORVSR(_WithVSR):
     Config = VIGORVSRConfig
 
     def __init__(self, config: VIGORVSRConfig):
-        self.config = config
-        self.vsr, self.vigor = VSR(config.vsr), VIGOR(config.vigor)
-        self.last_stats: dict[str, float] = {}
+        super().__init__(config)
+        self.vigor = VIGOR(config.vigor)
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         items, p_hat = replay_units(self.vsr, batch, ctx, rng)
@@ -130,12 +134,6 @@ class VIGORVSR(_WithVSR):
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return self.vigor.rollouts_per_step(batch_size)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"vsr": self.vsr.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.vsr.load_state_dict(state["vsr"])
 
 
 # ---------------------------------------------------------------------------- VIP x VSR
@@ -149,9 +147,8 @@ class VIPVSR(_WithVSR):
     Config = VIPVSRConfig
 
     def __init__(self, config: VIPVSRConfig, embedder=None):
-        self.config = config
-        self.vsr, self.vip = VSR(config.vsr), VIP(config.vip, embedder=embedder)
-        self.last_stats: dict[str, float] = {}
+        super().__init__(config)
+        self.vip = VIP(config.vip, embedder=embedder)
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.vsr.setup(problems, resources)
@@ -182,8 +179,8 @@ class VIPVSR(_WithVSR):
         return self.config.vip.budget_per_prompt * batch_size
 
     def state_dict(self) -> dict[str, Any]:
-        return {"vsr": self.vsr.state_dict(), "vip": self.vip.state_dict()}
+        return {**super().state_dict(), "vip": self.vip.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.vsr.load_state_dict(state["vsr"])
+        super().load_state_dict(state)
         self.vip.load_state_dict(state["vip"])

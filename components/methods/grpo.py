@@ -23,9 +23,6 @@ class GRPO(Stateless):
     name = "grpo"
     Config = GRPOConfig
 
-    def __init__(self, config: GRPOConfig):
-        self.config = config
-
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         return ctx.sample_groups(ctx.prompt_items(batch), self.config.n)
 

@@ -62,9 +62,6 @@ class PODS(Stateless):
     name = "pods"
     Config = PODSConfig
 
-    def __init__(self, config: PODSConfig):
-        self.config = config
-
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         items = ctx.prompt_items(batch)
         groups = ctx.sample_groups(items, self.config.n)

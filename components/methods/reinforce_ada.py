@@ -292,12 +292,7 @@ class ReinforceAdaSeq(Stateless):
                     start = 0
                 else:
                     start = m.n
-                    m.responses += g.responses
-                    m.texts += g.texts
-                    m.rewards += g.rewards
-                    m.reasons += g.reasons
-                    m.finish_reasons += g.finish_reasons
-                    m.meta["round_of_sample"] += [t] * g.n
+                    m.add_round(g, t)
                 for j in range(start, m.n):
                     (pos[i] if m.rewards[j] > c.positive_threshold else neg[i]).append(j)
                 if self._exits(len(pos[i]), len(neg[i])):

@@ -182,13 +182,7 @@ class SARA(Method):
                     g.meta["round_of_sample"] = [rounds] * g.n
                     u.group = g
                 else:
-                    m = u.group
-                    m.responses += g.responses
-                    m.texts += g.texts
-                    m.rewards += g.rewards
-                    m.reasons += g.reasons
-                    m.finish_reasons += g.finish_reasons
-                    m.meta["round_of_sample"] += [rounds] * g.n
+                    u.group.add_round(g, rounds)
             rounds += 1
             still = []
             for u in open_:

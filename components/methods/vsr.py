@@ -200,14 +200,18 @@ class VSR(Method):
             idx = rng.choice(len(cut), size=k, replace=False, p=p) if k < len(cut) else np.arange(k)
         return [(uids[int(traj[i])], int(cut[i]), float(w[i])) for i in sorted(idx.tolist())]
 
-    # ---- protocol --------------------------------------------------------------------
-    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+    def plan_step(self, batch: Sequence[Problem], ctx: RolloutContext,
+                  rng: np.random.Generator) -> tuple[list, list[tuple[str, int, float]]]:
+        """The step's fresh items (the batch's first B - k) and its k = rho * B replays."""
         self.step = ctx.step
         self._evict()
         k = int(round(self.config.rho * len(batch)))
         replays = self.select_replays(k, rng) if k > 0 else []
-        fresh = list(batch)[: len(batch) - len(replays)]
-        items = ctx.prompt_items(fresh)
+        return ctx.prompt_items(list(batch)[: len(batch) - len(replays)]), replays
+
+    # ---- protocol --------------------------------------------------------------------
+    def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
+        items, replays = self.plan_step(batch, ctx, rng)
         items += [ctx.replay_item(self.problems[uid], self.buffer[uid].response_ids, cut) for uid, cut, _ in replays]
         groups = ctx.sample_groups(items, self.config.n)
         for g in groups:

@@ -1,5 +1,7 @@
-"""filter_hard: keep the prompts the base policy almost never solves.
+"""filter_hard: keep the training items the base policy almost never solves, on every task
+(the task's ``filter_hard``).
 
+Math: 
 k samples per prompt at the base policy's sampling settings; a prompt is kept when it
 has at most c successes (VSR paper: pass@32 <= 1, i.e. k=32, c=1). Sampling runs in
 rounds of ``round_size`` and stops early for a prompt once it has more than c
@@ -7,27 +9,33 @@ successes: the keep/drop decision and the kept prompts' success counts are exact
 those of k samples, at a fraction of the cost (every generated token is still metered
 with purpose ``filter``). Applied to the training pool and, identically, to the
 held-out pool (the evaluation set of the embedded sweep).
+
+Episodes: ``k`` episodes per train-pool map seed; a seed is kept with at most ``c`` successes
+and at least ``min_successes`` (0 keeps the paper's hard regime; 1 keeps seeds the policy can
+solve at all, where learning from its own successes can start). The held-out map seeds are not
+filtered: evaluation is on the fixed held-out seeds (the paper's protocol).
 """
 from __future__ import annotations
-
-import json
-from collections import Counter
 
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from components.data.mixtures import pools_dir
-from components.stages.base import StageContext, StageParams
+from components.stages.base import StageContext, TaskParams
 from components.budget import DEFAULT_RESPONSE_TOKENS
 
 NAME = "filter_hard"
 VERSION = 2
+TASKS = ("math", "agentic")
 INPUTS = ("data", "model")
 
 
-class Params(StageParams):
-    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model", "data_mixture")
+class Params(TaskParams):
+    ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model", "data_mixture",
+                    "task", "min_successes")
+    TASK_DEFAULTS = {"agentic": {"k": 8, "max_new_tokens": 8, "max_prompts": 64}}
+    ONLY = {"round_size": "math", "max_heldout": "math", "requests_per_call": "math", "min_pass": "math",
+            "max_pass": "math", "filter_model": "math", "data_mixture": "math", "min_successes": "agentic"}
     k: int = Field(32, ge=1)
     c: int = Field(1, ge=0)
     round_size: int = Field(8, ge=1)
@@ -58,6 +66,7 @@ class Params(StageParams):
     # too); read by the stage graph, which then runs this stage once. None: each model filters
     # with itself.
     filter_model: str | None = None
+    min_successes: int = Field(0, ge=0, description="agentic: fewest successes of a kept map seed")
 
     @model_validator(mode="after")
     def _c_below_k(self):
@@ -66,7 +75,9 @@ class Params(StageParams):
                 raise ValueError(f"min_pass ({self.min_pass}) must be <= max_pass ({self.max_pass})")
             return self
         if self.c >= self.k:
-            raise ValueError(f"c ({self.c}) must be < k ({self.k}): otherwise every prompt is 'hard'")
+            raise ValueError(f"c ({self.c}) must be < k ({self.k}): otherwise every item is 'hard'")
+        if self.min_successes > self.c:
+            raise ValueError(f"min_successes: {self.min_successes} is above c ({self.c}): nothing can be kept")
         return self
 
     @property
@@ -87,99 +98,9 @@ class Params(StageParams):
         return drawn == self.k and lo * self.k - 1e-9 <= successes <= self.max_successes
 
 
-def filter_pool(problems, engine, grade, tok, params: Params, seed: int, clip: list | None = None):
-    """-> list of (problem, successes, samples drawn) for every prompt, early-stopped.
-    ``clip`` (if given) gets [responses cut off by the budget, responses] added."""
-    from components.data.prompting import encode_prompt
-    from components.engine.base import Request, SamplingParams
-
-    succ = {p.uid: 0 for p in problems}
-    drawn = {p.uid: 0 for p in problems}
-    active = list(problems)
-    rnd = 0
-    while active:
-        n = min(params.round_size, params.k - drawn[active[0].uid])
-        for i in range(0, len(active), params.requests_per_call):
-            chunk = active[i:i + params.requests_per_call]
-            reqs = [Request(encode_prompt(p, tok, params.prompt_template), n=n, tag=p.uid) for p in chunk]
-            sp = SamplingParams(params.temperature, params.top_p, params.max_new_tokens,
-                                seed=seed * 1_000_003 + rnd * 10_007 + i)
-            outs = engine.generate(reqs, sp, purpose="filter")
-            texts = [c.text for o in outs for c in o]
-            golds = [p.answer for p, o in zip(chunk, outs) for _ in o]
-            scores = iter(grade(texts, golds))
-            if clip is not None:
-                clip[0] += sum(c.finish_reason == "length" for o in outs for c in o)
-                clip[1] += sum(len(o) for o in outs)
-            for p, o in zip(chunk, outs):
-                succ[p.uid] += sum(next(scores)[0] > 0.5 for _ in o)
-                drawn[p.uid] += len(o)
-        rnd += 1
-        active = [p for p in active if succ[p.uid] <= params.max_successes and drawn[p.uid] < params.k]
-    return [(p, succ[p.uid], drawn[p.uid]) for p in problems]
-
-
 def run(params: Params, ctx: StageContext) -> dict:
-    from dataclasses import replace
+    from components.stages.common import set_threads
+    from components.stages.task_parts import data_stages
 
-    from components.data.schema import read_problems, write_problems
-    from components.engine.base import TokenMeter
-    from components.stages.common import grade_fn, open_engine, set_threads, write_json
-
-    if params.keep_all:
-        return _keep_all(params, ctx)
     set_threads(params.threads)
-    meter = TokenMeter(stage="filter_hard")
-    engine, tok = open_engine(ctx.input("model"), meter, params.engine)
-    grade = grade_fn()
-    out, hist, clip_ratio = {}, {}, {}
-    try:
-        for split, fname, cap, seed in (("train", "train_pool.jsonl", params.max_prompts, params.seed),
-                                        ("heldout", "heldout_pool.jsonl", params.max_heldout, params.seed + 1)):
-            pool = read_problems(pools_dir(ctx.input("data"), params.data_mixture) / fname)
-            if cap == 0 or not pool:
-                write_problems(ctx.out_dir / f"{split}.jsonl", [])
-                out[split] = 0
-                continue
-            clip = [0, 0]
-            with meter.tagged(split=split):
-                res = filter_pool(pool, engine, grade, tok, params, seed, clip)
-            clip_ratio[split] = clip[0] / clip[1] if clip[1] else 0.0
-            kept = [replace(p, meta={**p.meta, "base_successes": s, "base_samples": d, "base_pass_rate": s / d})
-                    for p, s, d in res if params.keeps(s, d)][:cap]
-            out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", kept)
-            hist[split] = dict(sorted(Counter(min(s, params.max_successes + 1) for _, s, _ in res).items()))
-            by_level = Counter(p.level for p in kept)
-            ctx.tracker.log_metrics({f"{split}/kept": len(kept), f"{split}/pool": len(pool),
-                                     f"{split}/clip_ratio": clip_ratio[split],
-                                     **{f"{split}/kept_level_{k}": v for k, v in by_level.items()}})
-    finally:
-        grade.grader.close()
-    tokens = meter.totals("filter")
-    write_json(ctx.out_dir / "stats.json", {"kept": out, "successes_histogram": hist, "tokens": tokens,
-                                            "k": params.k, "c": params.c, "clip_ratio": clip_ratio})
-    (ctx.out_dir / "tokens.json").write_text(json.dumps(meter.to_rows()))
-    if out.get("train", 0) == 0:
-        if params.band:
-            raise ValueError(f"filter_hard: no training prompt has a pass rate in [{params.min_pass}, "
-                             f"{params.max_pass}] over {params.k} samples; use other pool_levels in prepare_data")
-        raise ValueError(f"filter_hard: no training prompt has <= {params.c} successes in {params.k}; "
-                         "use harder pool_levels in prepare_data or a weaker base policy")
-    return {"kept_train": out.get("train", 0), "kept_heldout": out.get("heldout", 0),
-            "filter_generated_tokens": tokens["generated_tokens"], "clip_ratio": clip_ratio}
-
-
-def _keep_all(params: Params, ctx: StageContext) -> dict:
-    from components.data.schema import read_problems, write_problems
-    from components.stages.common import write_json
-
-    out = {}
-    for split, fname, cap in (("train", "train_pool.jsonl", params.max_prompts),
-                              ("heldout", "heldout_pool.jsonl", params.max_heldout)):
-        pools = pools_dir(ctx.input("data"), params.data_mixture)
-        out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", read_problems(pools / fname)[:cap])
-    write_json(ctx.out_dir / "stats.json", {"kept": out, "keep_all": True})
-    (ctx.out_dir / "tokens.json").write_text("[]")
-    if out["train"] == 0:
-        raise ValueError(f"filter_hard: {pools}/train_pool.jsonl has no problems")
-    return {"kept_train": out["train"], "kept_heldout": out["heldout"], "filter_generated_tokens": 0}
+    return data_stages(params.task).filter_hard(params, ctx)

@@ -1,5 +1,6 @@
-"""prepare_data: the problem sets of a sweep, in the canonical schema.
+"""prepare_data: the item pools of a sweep, on every task (the task's ``prepare_data``).
 
+Math: problem sets in the canonical schema.
 ``synthetic`` (the embedded default): an easy pretraining set with expert traces, a
 training pool and a disjoint held-out pool of harder chains; ``filter_hard`` keeps the
 prompts the base policy almost never solves.
@@ -10,25 +11,35 @@ allows), split by a seeded shuffle into the training pool and a held-out pool
 (``heldout_fraction``). Malformed rows stop the stage with file:line, or are skipped and
 counted with ``on_error: skip``. A real model needs no pretraining set, so
 ``pretrain.jsonl`` and ``probe.jsonl`` are empty there.
+
+Episodes: ``env.json`` (the environment's name and config, read by every later stage) and
+``seeds.json``: ``pretrain`` map seeds (behaviour-cloning demonstrations), the ``train_pool``
+(what filter_hard filters) and ``heldout``, the fixed evaluation seeds (128, the paper's
+protocol); the three ranges are disjoint by construction.
 """
 from __future__ import annotations
 
-import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from components.data.mixtures import NAME_PATTERN, Part, write_mixtures
-
-from components.stages.base import StageContext, StageParams
+from components.data.mixtures import NAME_PATTERN, Part
+from components.stages.base import StageContext, TaskParams
 
 NAME = "prepare_data"
 VERSION = 2
+TASKS = ("math", "agentic")
 INPUTS: tuple[str, ...] = ()
+MATH_ONLY = ("source", "path", "on_error", "limit", "heldout_fraction", "mixtures", "seed", "operand_digits",
+             "pretrain_size", "pretrain_levels", "pool_size", "heldout_pool_size", "pool_levels", "probe_per_level",
+             "probe_levels")
 
 
-class Params(StageParams):
-    ADDED_FIELDS = ("path", "on_error", "limit", "heldout_fraction", "mixtures")
+class Params(TaskParams):
+    ADDED_FIELDS = ("path", "on_error", "limit", "heldout_fraction", "mixtures", "task", "env", "env_config",
+                    "pretrain_seeds", "train_pool", "heldout")
+    ONLY = {**{k: "math" for k in MATH_ONLY},
+            **{k: "agentic" for k in ("env", "env_config", "pretrain_seeds", "train_pool", "heldout")}}
 
     source: Literal["synthetic", "openr1", "math", "dapo17k"] = "synthetic"
     path: str | None = Field(None, description="dataset file/dir (real sources)")
@@ -48,6 +59,11 @@ class Params(StageParams):
     pool_levels: dict[int, float] = {7: 0.3, 8: 0.7}
     probe_per_level: int = Field(64, ge=0, description="fresh problems per level for the base-rate probe")
     probe_levels: list[int] = [3, 5, 7, 8]
+    env: str = Field("sokoban", description="agentic: the environment (components.envs)")
+    env_config: dict[str, Any] = Field(default_factory=dict)
+    pretrain_seeds: int = Field(400, ge=1, description="agentic: map seeds of the demonstrations")
+    train_pool: int = Field(256, ge=1, description="agentic: map seeds filter_hard filters")
+    heldout: int = Field(128, ge=1, description="agentic: fixed evaluation map seeds")
 
     @model_validator(mode="after")
     def _path_for_real_sources(self):
@@ -58,60 +74,7 @@ class Params(StageParams):
         return self
 
 
-def run_real(p: Params, ctx: StageContext) -> dict:
-    import numpy as np
-
-    from components.data import loaders
-    from components.data.schema import write_problems
-
-    load = {"openr1": loaders.load_openr1, "math": loaders.load_math, "dapo17k": loaders.load_dapo17k}[p.source]
-    problems = load(p.path, on_error=p.on_error, limit=p.limit)
-    if not problems:
-        raise ValueError(f"prepare_data: {p.path}: no problems loaded ({problems.report})")
-    order = np.random.default_rng(p.seed).permutation(len(problems))
-    n_held = int(round(p.heldout_fraction * len(problems)))
-    heldout = [problems[i] for i in sorted(order[:n_held])]
-    pool = [problems[i] for i in sorted(order[n_held:])]
-    counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", []),
-              "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
-              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout),
-              "probe": write_problems(ctx.out_dir / "probe.jsonl", [])}
-    rep = problems.report
-    report = {k: v for k, v in vars(rep).items() if k != "errors"}
-    (ctx.out_dir / "stats.json").write_text(json.dumps({**counts, "load": report, "errors": rep.errors},
-                                                       indent=2))
-    ctx.tracker.log_metrics({**{f"rows/{k}": v for k, v in counts.items()},
-                             **{f"load/{k}": v for k, v in report.items() if isinstance(v, (int, float))}})
-    mixed = write_mixtures(p.mixtures, ctx.out_dir, heldout_fraction=p.heldout_fraction, seed=p.seed,
-                           on_error=p.on_error)
-    if mixed:
-        ctx.tracker.log_metrics({f"rows/{k}": v for k, v in mixed.items()})
-    return {**counts, **mixed, "skipped": rep.skipped, "filtered": rep.filtered}
-
-
 def run(params: Params, ctx: StageContext) -> dict:
-    if params.source != "synthetic":
-        return run_real(params, ctx)
-    from components.data.schema import write_problems
-    from components.data.synthetic import generate_problems
+    from components.stages.task_parts import data_stages
 
-    p = params
-    pretrain = generate_problems(p.pretrain_size, p.pretrain_levels, seed=p.seed * 3 + 0,
-                                 operand_digits=p.operand_digits, source="synthetic-pretrain")
-    used = {x.uid for x in pretrain}
-    pool = generate_problems(p.pool_size, p.pool_levels, seed=p.seed * 3 + 1, operand_digits=p.operand_digits,
-                             source="synthetic-train", exclude=used)
-    used |= {x.uid for x in pool}
-    heldout = generate_problems(p.heldout_pool_size, p.pool_levels, seed=p.seed * 3 + 2,
-                                operand_digits=p.operand_digits, source="synthetic-heldout", exclude=used)
-    used |= {x.uid for x in heldout}
-    probe = [x for i, lv in enumerate(p.probe_levels)
-             for x in generate_problems(p.probe_per_level, [lv], seed=p.seed * 3 + 1000 + i,
-                                        operand_digits=p.operand_digits, source="synthetic-probe", exclude=used)]
-    counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", pretrain),
-              "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
-              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout),
-              "probe": write_problems(ctx.out_dir / "probe.jsonl", probe)}
-    (ctx.out_dir / "stats.json").write_text(json.dumps(counts, indent=2))
-    ctx.tracker.log_metrics({f"rows/{k}": v for k, v in counts.items()})
-    return counts
+    return data_stages(params.task).prepare_data(params, ctx)

@@ -11,7 +11,10 @@ written once; a :class:`Task` supplies
 * the rows that enter the loss and their advantages (``loss_rows``: a math group is its own
   rows, advantages from the outcome estimator; an episode gives one row per generated turn,
   advantages from GiGPO);
-* the step's metrics, the validation metric and the summary fields.
+* the step's metrics, the validation metric and the summary fields;
+* the data stages' part, inherited (``components.data.task_stages.ProblemStages``,
+  ``components.agentic.data_stages.EpisodeStages``): the item pools, the filter score and the
+  evaluation samples.
 
 The two tasks are :class:`MathTask` (here) and ``components.agentic.task.EpisodeTask``
 (``TASKS``; ``TrainConfig.task`` names one); ``from_stage`` reads a task's items from the
@@ -26,7 +29,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from components.methods.base import Group, GradeFn, RolloutContext
+from components.data.task_stages import ProblemStages
+from components.methods.base import Group, RolloutContext
 
 # validation samples are drawn with this offset on the run's seed, the same at every step
 VALIDATION_SEED = 7_919
@@ -88,13 +92,10 @@ class Task:
         raise NotImplementedError
 
 
-class MathTask(Task):
+class MathTask(ProblemStages, Task):
     """Prompts graded by ``grade`` (math-verify or a rule); the backend's ``rollout_ctx``
     generates. ``grade`` may be None where the backend grades (verl's reward workers)."""
     name = "math"
-
-    def __init__(self, grade: GradeFn | None = None):
-        self.grade = grade
 
     def context(self, loop, step: int, seed: int) -> RolloutContext:
         return loop.rollout_ctx(step, seed)
@@ -112,10 +113,6 @@ class MathTask(Task):
         if "teacher" in ctx.inputs:          # a distilling method's teacher model (PG-OPD)
             resources["teacher"] = ctx.input("teacher")
         return cls(grade_fn(params.grading_timeout_s)), problems, val, resources
-
-    def close(self) -> None:
-        if self.grade is not None and hasattr(self.grade, "grader"):
-            self.grade.grader.close()
 
     @staticmethod
     def seed_prefixes(params, ctx) -> dict:

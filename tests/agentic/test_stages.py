@@ -54,9 +54,16 @@ def test_task_switch_selects_the_agentic_stage_modules():
     assert "task" not in lineage.check_params("seed_prefixes", {}).model_dump()
     with pytest.raises(lineage.StageError, match=r"params\.cut_fractions: applies to task math only"):
         lineage.check_params("seed_prefixes", {"task": "agentic", "cut_fractions": [0.5]})
-    assert lineage.stage_module_path("evaluate", {"task": "agentic"}) == "components.agentic.stages.evaluate"
-    assert lineage.stage_module_path("evaluate", {}) == "components.stages.evaluate"
-    with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess'"):
+    for stage in ("prepare_data", "filter_hard", "evaluate"):      # one module for every task
+        assert lineage.stage_module_path(stage, {"task": "agentic"}) == f"components.stages.{stage}"
+        assert "task" not in lineage.check_params(stage, {}).model_dump()
+    ev = lineage.check_params("evaluate", {"task": "agentic"})
+    assert (ev.seeds, ev.temperature, ev.max_new_tokens, ev.pass_ks) == ([0], 1.0, 8, None)
+    with pytest.raises(lineage.StageError, match=r"params\.samples_per_seed: applies to task math only"):
+        lineage.check_params("evaluate", {"task": "agentic", "samples_per_seed": 4})
+    with pytest.raises(lineage.StageError, match=r"params\.env: applies to task agentic only"):
+        lineage.check_params("prepare_data", {"env": "babyai"})
+    with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess' \(known: math, agentic\)"):
         lineage.check_params("evaluate", {"task": "chess"})
     with pytest.raises(lineage.StageError, match=r"params\.task: unknown task 'chess' \(known: math, agentic\)"):
         lineage.check_params("train", {"task": "chess"})

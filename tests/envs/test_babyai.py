@@ -1,5 +1,4 @@
 """BabyAI through minigrid: determinism, replay, the text describer, BabyAIBot experts, bad input."""
-import numpy as np
 import pytest
 
 from components.envs import Environment, make_env, replay
@@ -30,19 +29,8 @@ def test_same_seed_same_mission_different_seeds_differ():
     assert len(set(first)) >= 6
 
 
-def test_describer_on_a_hand_built_view():
-    from minigrid.core.constants import COLOR_TO_IDX as C, OBJECT_TO_IDX as O
-
-    img = np.zeros((7, 7, 3), dtype=np.uint8)          # all unseen
-    for x in range(7):
-        for y in range(7):
-            img[x, y] = (O["empty"], 0, 0)
-    img[3, 5] = (O["door"], C["blue"], 1)              # closed door right ahead
-    img[3, 3] = (O["wall"], C["grey"], 0)              # wall 3 ahead
-    img[1, 6] = (O["wall"], C["grey"], 0)              # wall 2 to the left
-    img[4, 6] = (O["unseen"], 0, 0)                    # right side hidden
-    img[2, 4] = (O["ball"], C["red"], 0)               # 2 ahead, 1 left
-    img[6, 0] = (O["key"], C["yellow"], 0)             # 6 ahead, 3 right
+def test_describer_on_a_hand_built_view(hand_built_view):
+    img = hand_built_view
     text = describe_view(img, 3, "pick up the red ball")
     assert text.splitlines() == [
         "Mission: pick up the red ball",

@@ -1,6 +1,5 @@
 """BabyAI's compact encoding (``template: compact``) for the character-level policy, and the
 BabyAIBot behaviour-cloning expert (``solver_action``)."""
-import numpy as np
 import pytest
 
 from components.envs import make_env, replay
@@ -9,19 +8,8 @@ from components.envs.babyai import COLOUR_CODE, KIND_CODE, describe_compact, des
 ONE_ROOM = "BabyAI-OneRoomS8-v0"
 
 
-def test_compact_on_a_hand_built_view():
-    from minigrid.core.constants import COLOR_TO_IDX as C, OBJECT_TO_IDX as O
-
-    img = np.zeros((7, 7, 3), dtype=np.uint8)
-    for x in range(7):
-        for y in range(7):
-            img[x, y] = (O["empty"], 0, 0)
-    img[3, 5] = (O["door"], C["blue"], 1)              # closed door right ahead
-    img[3, 3] = (O["wall"], C["grey"], 0)              # wall 3 ahead
-    img[1, 6] = (O["wall"], C["grey"], 0)              # wall 2 to the left
-    img[4, 6] = (O["unseen"], 0, 0)                    # right side hidden
-    img[2, 4] = (O["ball"], C["red"], 0)               # 2 ahead, 1 left
-    img[6, 0] = (O["key"], C["yellow"], 0)             # 6 ahead, 3 right
+def test_compact_on_a_hand_built_view(hand_built_view):
+    img = hand_built_view
     assert describe_compact(img, 3).splitlines() == ["N- bdc w3,2,?", "bdc@1,0", "ro@2,-1", "yk@6,3"]
     carried = type("Ball", (), {"type": "ball", "color": "purple"})()
     assert describe_compact(img, 0, carried).splitlines()[0] == "Epo bdc w3,2,?"

@@ -12,17 +12,7 @@ import sys
 import toy_stages
 from faults.conftest import REPO, make_home, stage_runs, subprocess_env
 
-SWEEP = """\
-name: clearfault
-seeds: [0]
-models: [tiny]
-model_specs: {tiny: {}}
-methods: [grpo, vsr]
-stages:
-  train: {steps: 2}
-retries: 0
-retry_delay_s: 0
-"""
+SWEEP = toy_stages.toy_sweep("clearfault", train={"steps": 2})
 
 
 def test_clearing_the_failed_mapped_task_reruns_it_alone(tmp_path, monkeypatch):
@@ -35,7 +25,7 @@ def test_clearing_the_failed_mapped_task_reruns_it_alone(tmp_path, monkeypatch):
     overrides = {**toy_stages.OVERRIDES, "train": "faults.fault_stages:train"}
     env = subprocess_env(home, overrides, FAULT_FAIL_MARKER=str(marker), TOY_CALLS=str(calls))
     edited = tmp_path / "edited.yaml"                      # someone edits the file while the run is in flight
-    edited.write_text(SWEEP.replace("train: {steps: 2}", "train: {steps: 3}"))
+    edited.write_text(toy_stages.toy_sweep("clearfault", train={"steps": 3}))
     r = subprocess.run([sys.executable, str(REPO / "tests" / "faults" / "airflow_clear_driver.py"), str(sweep),
                         str(marker), str(edited)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -15,29 +15,15 @@ from pathlib import Path
 
 import pytest
 from kfp_testlib import REPO, clean_env, last_json
+from tiny_sweep import tiny_sweep
 
 from components import lineage
 
 pytestmark = pytest.mark.slow
 
-SWEEP = """\
-name: kfp_tiny
-seeds: [0]
-models: [tiny]
-model_specs:
-  tiny: {steps: 20, batch_size: 32, policy: {layers: 1, hidden: 64, ffn: 128}}
-methods: [grpo]
-stages:
-  prepare_data: {pretrain_size: 1500, pool_size: 48, heldout_pool_size: 24, operand_digits: 1,
-                 pretrain_levels: {3: 0.5, 4: 0.5}, pool_levels: {5: 0.5, 6: 0.5},
-                 probe_per_level: 8, probe_levels: [3, 6]}
-  filter_hard: {k: 4, c: 1, round_size: 2, max_heldout: 12, max_new_tokens: 64}
-  train: {steps: 3, batch_prompts: 4, max_new_tokens: 64, val_size: 4, val_samples: 1, ckpt_every: 2}
-  evaluate: {samples_per_seed: 2, seeds: [0], max_new_tokens: 64, pass_ks: [1, 2], max_problems: 8}
-method_config:
-  grpo: {n: 4}
-retries: 0
-"""
+PARTS = {"methods": ("grpo",), "pretrain": {"steps": 20, "batch_size": 32},
+         "evaluate": {"seeds": [0], "pass_ks": [1, 2], "max_problems": 8}}
+SWEEP = tiny_sweep("kfp_tiny", **PARTS)
 STAGE_CALLS = {"prepare_data": 1, "pretrain": 1, "filter_hard": 1, "seed_prefixes": 1, "train": 1, "evaluate": 2,
                "tokens": 1, "tables": 1}
 
@@ -117,7 +103,7 @@ def test_rerun_is_all_cache_hits(runs):
 def test_failing_stage_fails_the_pipeline_and_closes_the_parent(runs, kfp_python, monkeypatch):
     root, _ = runs
     bad = root / "kfp_tiny_bad.yaml"
-    bad.write_text(SWEEP.replace("prepare_data: {pretrain_size: 1500,", "prepare_data: {no_such_knob: 1, pretrain_size: 1500,"))
+    bad.write_text(tiny_sweep("kfp_tiny", **PARTS, prepare_data={"no_such_knob": 1}))
     _compile(kfp_python, bad, root / "bad.pipeline.yaml")  # the kfp compiler checks the sweep, not stage params
     rc, report = _run(kfp_python, root / "bad.pipeline.yaml", root / "home")
     assert rc == 0 and not report["ok"] and "prepare-data" in report["error"], report["error"]

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from coin_engine import CoinEngine, coin_grade
 
 from components.data.schema import Problem
 from components.methods.difficulty_graph import (GraphDifficulty, GraphDifficultyConfig, build_graph,
@@ -149,28 +150,6 @@ def test_posterior_variance_hand():
     assert posterior_variance(0.2, [], 4.0) == pytest.approx(0.16)
 
 
-class CoinEngine:
-    """One token per sample, '0' or '1', seeded by (seed, tag); meters sequences."""
-
-    def __init__(self):
-        from components.engine.base import TokenMeter
-        self.meter, self.tokenizer = TokenMeter(), None
-
-    def generate(self, reqs, params, purpose="train_rollout"):
-        from components.engine.base import Completion
-        out = []
-        for r in reqs:
-            rng = np.random.default_rng([params.seed or 0, *map(ord, r.tag)])
-            out.append([Completion((int(x) + 5,), str(int(x)), "stop") for x in rng.integers(0, 2, r.n)])
-        n = sum(r.n for r in reqs)
-        self.meter.record(purpose, sum(len(r.context_ids) for r in reqs), n, n, len(reqs))
-        return out
-
-
-def _grade(texts, golds):
-    return [(1.0 if g == "1" else 0.0 if g == "0" else float(t == "1"), "rule") for t, g in zip(texts, golds)]
-
-
 @pytest.mark.parametrize("name,extra", [("vip", {"embedder": "hashing"}), ("vigor", {}), ("greso", {})])
 def test_methods_use_the_graph(name, extra):
     from components.engine.base import SamplingParams
@@ -185,7 +164,7 @@ def test_methods_use_the_graph(name, extra):
     assert m.graph is not None and len(m.graph.row) == len(pool)
     eng = CoinEngine()
     for step in range(2):
-        ctx = RolloutContext(engine=eng, grade=_grade, encode_prompt=lambda p: (1, 2, 3),
+        ctx = RolloutContext(engine=eng, grade=coin_grade, encode_prompt=lambda p: (1, 2, 3),
                              sampling=SamplingParams(seed=0), step=step)
         groups = m.rollout(pool[:8], ctx, np.random.default_rng(step))
         assert sum(g.n for g in groups) == m.rollouts_per_step(8)
@@ -226,7 +205,7 @@ def test_presets_log_the_prediction_error(name):
     extra = {"embedder": "hashing"} if name == "vip_graph" else {}
     m = build(name, {**extra, "graph": {"embedder": "hashing", "k_neighbors": 3}})
     m.setup(pool, {})
-    ctx = RolloutContext(engine=CoinEngine(), grade=_grade, encode_prompt=lambda p: (1, 2, 3),
+    ctx = RolloutContext(engine=CoinEngine(), grade=coin_grade, encode_prompt=lambda p: (1, 2, 3),
                          sampling=SamplingParams(seed=0), step=0)
     groups = m.rollout(pool[:8], ctx, np.random.default_rng(0))
     m.observe(groups)

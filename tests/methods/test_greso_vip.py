@@ -8,10 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from coin_engine import CoinEngine, coin_grade
 from tiny import tiny_test_policy
 
 from components.data.schema import Problem
-from components.engine.base import Completion, SamplingParams, TokenMeter
+from components.engine.base import SamplingParams
 from components.methods.base import RolloutContext
 from components.methods.greso import skip_probability
 from components.methods.registry import build
@@ -21,33 +22,12 @@ from components.methods.vip import (HashingEmbedder, MiniLMEmbedder, PoolGP, all
 
 
 # ---------------------------------------------------------------------------- fakes
-class FakeEngine:
-    """One token per sample, '0' or '1', seeded by (seed, tag); counts sequences in a meter."""
-
-    def __init__(self):
-        self.meter, self.tokenizer = TokenMeter(), None
-
-    def generate(self, reqs, params, purpose="train_rollout"):
-        out = []
-        for r in reqs:
-            rng = np.random.default_rng([params.seed or 0, *map(ord, r.tag)])
-            out.append([Completion((int(x) + 5,), str(int(x)), "stop") for x in rng.integers(0, 2, r.n)])
-        n = sum(r.n for r in reqs)
-        self.meter.record(purpose, sum(len(r.context_ids) for r in reqs), n, n, len(reqs))
-        return out
-
-
-def grade(texts, golds):
-    """gold '1': always right, '0': always wrong, 'mix': right when the sample is '1'."""
-    return [(1.0 if g == "1" else 0.0 if g == "0" else float(t == "1"), "rule") for t, g in zip(texts, golds)]
-
-
 def probs(kinds):
     return [Problem(uid=f"q{i}", prompt=f"problem {i}: add {i} and {3 * i + 1}", answer=k) for i, k in enumerate(kinds)]
 
 
 def ctx(engine, step=0, seed=0):
-    return RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: (1, 2, 3),
+    return RolloutContext(engine=engine, grade=coin_grade, encode_prompt=lambda p: (1, 2, 3),
                           sampling=SamplingParams(seed=seed), step=step)
 
 
@@ -108,7 +88,7 @@ def test_greso_replaces_skipped_prompts_and_keeps_the_budget():
     for p in pool[:6]:
         m.traces[p.uid] = [[0, 1.0]] * 3
     m.p_easy = 0.0                             # traced easy prompts: skip probability exactly 1
-    eng = FakeEngine()
+    eng = CoinEngine()
     groups = m.rollout(pool[:4], ctx(eng, step=1), np.random.default_rng(3))
     assert len(groups) == 4 and all(g.n == 4 for g in groups)
     assert {g.problem_uid for g in groups} <= {p.uid for p in pool[6:]}       # all replaced by fresh prompts
@@ -116,7 +96,7 @@ def test_greso_replaces_skipped_prompts_and_keeps_the_budget():
     assert m.last["drawn"] == 4 and m.last["forced"] == 0
     assert m.last["skipped"] == 4 + m.last["examined"] - 4       # batch prompts + traced easy draws
     again = copy.deepcopy(m)
-    same = again.rollout(pool[:4], ctx(FakeEngine(), step=1), np.random.default_rng(3))
+    same = again.rollout(pool[:4], ctx(CoinEngine(), step=1), np.random.default_rng(3))
     assert [g.problem_uid for g in same] == [g.problem_uid for g in groups]   # deterministic under seed
 
 
@@ -127,7 +107,7 @@ def test_greso_forces_skipped_prompts_when_draws_run_out():
     for p in pool:
         m.traces[p.uid] = [[0, 1.0]]
     m.p_easy = 0.0
-    eng = FakeEngine()
+    eng = CoinEngine()
     groups = m.rollout(pool[:4], ctx(eng, step=2), np.random.default_rng(0))
     assert len(groups) == 4 and eng.meter.totals()["sequences"] == 8
     assert m.last["examined"] == 2 and m.last["forced"] == 4 and m.last["drawn"] == 0
@@ -240,7 +220,7 @@ def test_vip_rollout_budget_learning_and_determinism(base):
     pool = probs(["1", "1", "mix", "mix", "0", "mix"])
     m = build("vip", {"base": base})
     m.setup(pool, {})
-    eng = FakeEngine()
+    eng = CoinEngine()
     g0 = m.rollout(pool, ctx(eng, 0), np.random.default_rng(0))
     assert [g.n for g in g0] == [8] * 6                          # prior p = 0.5 everywhere: uniform
     m.observe(g0)
@@ -251,7 +231,7 @@ def test_vip_rollout_budget_learning_and_determinism(base):
     assert eng.meter.totals("train_rollout")["sequences"] == 2 * 48
     assert ns[2] > ns[0] and ns[2] > ns[4]                       # mixed prompts get more than solved/failed
     assert g1[0].meta["vip_p"] > 0.5 > g1[4].meta["vip_p"]
-    g1b = twin.rollout(pool, ctx(FakeEngine(), 1), np.random.default_rng(1))
+    g1b = twin.rollout(pool, ctx(CoinEngine(), 1), np.random.default_rng(1))
     assert [g.n for g in g1b] == ns and [g.rewards for g in g1b] == [g.rewards for g in g1]
 
 
@@ -259,7 +239,7 @@ def test_vip_state_dict_round_trip():
     pool = probs(["1", "mix", "0", "mix"])
     m = build("vip", {})
     m.setup(pool, {})
-    m.observe(m.rollout(pool[:3], ctx(FakeEngine()), np.random.default_rng(0)))
+    m.observe(m.rollout(pool[:3], ctx(CoinEngine()), np.random.default_rng(0)))
     state = json.loads(json.dumps(m.state_dict()))
     assert set(state["weights"]) == {"q0", "q1", "q2"} and len(state["embeddings"]["q0"]) == 384
     r = build("vip", {})

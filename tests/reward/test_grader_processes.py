@@ -2,6 +2,7 @@
 (GraderError) when it cannot grade instead of scoring zeros."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -92,32 +93,40 @@ def test_answers_without_workers_need_none():
     assert g.stats["worker_starts"] == 0
 
 
+@contextlib.contextmanager
+def killing_busy_workers(g: Grader, once: bool, pause: float):
+    """SIGKILL grader ``g``'s busy workers while the block runs (``once``: the first one only)."""
+    stop = threading.Event()
+
+    def killer():
+        while not stop.is_set():
+            for w in list(g._pool):
+                if w.state == "busy":
+                    try:
+                        os.kill(w.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    if once:
+                        return
+            time.sleep(pause)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_workers_that_keep_dying_make_the_batch_raise():
     """A machine that kills workers (OOM killer, a broken sandbox) under the grader: the batch
     raises rather than scoring the killed items 0."""
     with Grader(workers=2, timeout_s=5.0, cache_size=0) as g:
         g.grade("\\boxed{0}", "0")
-        stop = threading.Event()
-
-        def killer():
-            while not stop.is_set():
-                for w in list(g._pool):
-                    if w.state == "busy":
-                        try:
-                            os.kill(w.pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-                time.sleep(0.005)
-
-        t = threading.Thread(target=killer, daemon=True)
-        t.start()
-        try:
-            with pytest.raises(GraderError, match="worker"):
-                g.grade_batch([f"\\boxed{{\\frac{{{i}}}{{7}} + {i}^2}}" for i in range(400)],
-                              [str(i) for i in range(400)])
-        finally:
-            stop.set()
-            t.join()
+        with pytest.raises(GraderError, match="worker"), killing_busy_workers(g, once=False, pause=0.005):
+            g.grade_batch([f"\\boxed{{\\frac{{{i}}}{{7}} + {i}^2}}" for i in range(400)],
+                          [str(i) for i in range(400)])
         # the grader is usable again once the killing stops
         assert g.grade("\\boxed{4}", "4").reason == "correct"
 
@@ -157,28 +166,12 @@ def test_crashes_spread_over_single_item_calls_raise_too():
         g.grade("\\boxed{0}", "0")
         outcomes = []
         for i in range(6):
-            stop = threading.Event()
-
-            def killer():
-                while not stop.is_set():
-                    for w in list(g._pool):
-                        if w.state == "busy":
-                            try:
-                                os.kill(w.pid, signal.SIGKILL)
-                            except OSError:
-                                pass
-                            return
-                    time.sleep(0.0005)
-
-            t = threading.Thread(target=killer, daemon=True)
-            t.start()
-            try:
-                outcomes.append(g.grade(f"\\boxed{{x^{i} + \\frac{{1}}{{3}}}}", "1").reason)
-            except GraderError:
-                outcomes.append("raised")
+            with killing_busy_workers(g, once=True, pause=0.0005):
+                try:
+                    outcomes.append(g.grade(f"\\boxed{{x^{i} + \\frac{{1}}{{3}}}}", "1").reason)
+                except GraderError:
+                    outcomes.append("raised")
+            if outcomes[-1] == "raised":
                 break
-            finally:
-                stop.set()
-                t.join()
         assert outcomes[-1] == "raised", outcomes
         assert outcomes.count("error") <= 2 and set(outcomes[:-1]) <= {"error", "wrong"}

@@ -32,30 +32,20 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tiny_sweep import tiny_sweep
 
 from components.services import deploy, postgres, remote
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-SWEEP = """\
-name: svc
-seeds: [0]
-models: [tiny]
-model_specs:
-  tiny: {steps: 10, batch_size: 32, policy: {layers: 1, hidden: 64, ffn: 128}}
-methods: [grpo, vsr]
-stages:
-  prepare_data: {pretrain_size: 300, pool_size: 16, heldout_pool_size: 8, operand_digits: 1,
-                 pretrain_levels: {3: 0.5, 4: 0.5}, pool_levels: {5: 0.5, 6: 0.5},
-                 probe_per_level: 4, probe_levels: [3]}
-  filter_hard: {keep_all: true, max_heldout: 4, max_new_tokens: 64}
-  train: {steps: 4, batch_prompts: 4, max_new_tokens: 64, val_size: 2, val_samples: 1, ckpt_every: 1}
-  evaluate: {samples_per_seed: 1, seeds: [0], max_new_tokens: 64, pass_ks: [1]}
-method_config:
-  grpo: {n: 2}
-  vsr: {n: 2, rho: 1.0, cut_points: fractions, cut_fractions: [0.98]}
-retries: 0
-"""
+SWEEP = tiny_sweep("svc", pretrain={"steps": 10, "batch_size": 32},
+                   prepare_data={"pretrain_size": 300, "pool_size": 16, "heldout_pool_size": 8, "probe_per_level": 4,
+                                 "probe_levels": [3]},
+                   filter_hard={"keep_all": True, "max_heldout": 4},
+                   train={"steps": 4, "val_size": 2, "ckpt_every": 1},
+                   evaluate={"samples_per_seed": 1, "seeds": [0], "pass_ks": [1]},
+                   method_config={"grpo": {"n": 2}, "vsr": {"n": 2, "rho": 1.0, "cut_points": "fractions",
+                                                          "cut_fractions": [0.98]}})
 STAGES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")
 
 

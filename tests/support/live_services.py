@@ -18,28 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tiny_sweep import tiny_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 RLVR = [sys.executable, "-m", "components.cli"]
-TINY_SWEEP = """\
-name: browser_tiny
-seeds: [0]
-models: [tiny]
-model_specs:
-  tiny: {steps: 40, batch_size: 64, policy: {layers: 1, hidden: 64, ffn: 128}}
-methods: [grpo, vsr]
-stages:
-  prepare_data: {pretrain_size: 1500, pool_size: 48, heldout_pool_size: 24, operand_digits: 1,
-                 pretrain_levels: {3: 0.5, 4: 0.5}, pool_levels: {5: 0.5, 6: 0.5},
-                 probe_per_level: 8, probe_levels: [3, 6]}
-  filter_hard: {k: 4, c: 1, round_size: 2, max_heldout: 12, max_new_tokens: 64}
-  train: {steps: 3, batch_prompts: 4, max_new_tokens: 64, val_size: 4, val_samples: 1, ckpt_every: 2}
-  evaluate: {samples_per_seed: 2, seeds: [0, 1], max_new_tokens: 64, pass_ks: [1, 4]}
-method_config:
-  grpo: {n: 4}
-  vsr: {n: 4, rho: 0.5}
-retries: 0
-"""
+TINY_SWEEP = tiny_sweep("browser_tiny")
 
 
 def free_port(lo: int, hi: int) -> int:

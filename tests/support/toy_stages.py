@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import yaml
 from pydantic import Field
 
 from components.stages.base import StageContext, StageParams
@@ -50,87 +51,51 @@ class prepare_data:
         return _toy_run("prepare_data", params, ctx)
 
 
-class pretrain:
-    NAME, VERSION, INPUTS = "pretrain", 1, ("data",)
-
-    class Params(StageParams):
-        steps: int = 1
-        model: str = "tiny"
-
-    @staticmethod
+def _toy(name: str, inputs: tuple[str, ...], params: type[StageParams]) -> type:
+    """A toy stage: the contract's attributes, ``run`` = ``_toy_run``."""
     def run(params, ctx):
-        return _toy_run("pretrain", params, ctx)
+        return _toy_run(name, params, ctx)
+
+    return type(name, (), {"NAME": name, "VERSION": 1, "INPUTS": inputs, "Params": params, "run": staticmethod(run)})
 
 
-class filter_hard:
-    NAME, VERSION, INPUTS = "filter_hard", 1, ("data", "model")
-
-    class Params(StageParams):
-        k: int = 4
-        c: int = 1
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("filter_hard", params, ctx)
+class _PretrainParams(StageParams):
+    steps: int = 1
+    model: str = "tiny"
 
 
-class seed_prefixes:
-    NAME, VERSION, INPUTS = "seed_prefixes", 1, ("hard",)
-
-    class Params(StageParams):
-        pass
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("seed_prefixes", params, ctx)
+class _FilterParams(StageParams):
+    k: int = 4
+    c: int = 1
 
 
-class train:
-    NAME, VERSION, INPUTS = "train", 1, ("model", "hard", "prefixes")
-
-    class Params(StageParams):
-        steps: int = 2
-        method: str
-        seed: int = 0
-        method_config: dict[str, Any] = Field(default_factory=dict)
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("train", params, ctx)
+class _TrainParams(StageParams):
+    steps: int = 2
+    method: str
+    seed: int = 0
+    method_config: dict[str, Any] = Field(default_factory=dict)
 
 
-class evaluate:
-    NAME, VERSION, INPUTS = "evaluate", 1, ("model", "hard")
-
-    class Params(StageParams):
-        label: str
-        samples: int = 2
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("evaluate", params, ctx)
+class _EvaluateParams(StageParams):
+    label: str
+    samples: int = 2
 
 
-class tokens:
-    NAME, VERSION, INPUTS = "tokens", 1, ("run_*",)
-
-    class Params(StageParams):
-        pass
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("tokens", params, ctx)
+pretrain = _toy("pretrain", ("data",), _PretrainParams)
+filter_hard = _toy("filter_hard", ("data", "model"), _FilterParams)
+seed_prefixes = _toy("seed_prefixes", ("hard",), StageParams)
+train = _toy("train", ("model", "hard", "prefixes"), _TrainParams)
+evaluate = _toy("evaluate", ("model", "hard"), _EvaluateParams)
+tokens = _toy("tokens", ("run_*",), StageParams)
+tables = _toy("tables", ("eval_*", "run_*", "tokens"), StageParams)
 
 
-class tables:
-    NAME, VERSION, INPUTS = "tables", 1, ("eval_*", "run_*", "tokens")
-
-    class Params(StageParams):
-        pass
-
-    @staticmethod
-    def run(params, ctx):
-        return _toy_run("tables", params, ctx)
+def toy_sweep(name: str, methods=("grpo", "vsr"), retries: int = 0, method_config: dict | None = None,
+              **stages: dict) -> str:
+    """A sweep file's text for the toy stages: one seed, the tiny model at its defaults."""
+    return yaml.safe_dump({"name": name, "seeds": [0], "models": ["tiny"], "model_specs": {"tiny": {}},
+                           "methods": list(methods), "stages": stages, "method_config": method_config or {},
+                           "retries": retries, "retry_delay_s": 0}, sort_keys=False)
 
 
 ALL = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")

@@ -277,7 +277,7 @@ if AgentLoopBase is not None:
         async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
             import time
 
-            from components.agentic.stages.common import env_factory
+            from components.envs.spec import env_factory
 
             async def generate(prompt_ids, params):
                 out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids,

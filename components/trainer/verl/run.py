@@ -87,7 +87,7 @@ def prepare(params: Any, ctx) -> dict:
     hard_dir = ctx.input("hard")
     traces = read_json(ctx.input("prefixes") / "traces.json")
     if is_episodic(params):
-        from components.agentic.stages.common import env_factory, read_env
+        from components.envs.spec import env_factory, read_env
 
         spec = read_env(hard_dir)
         env_factory(spec)                                  # a bad spec fails here, before Ray starts

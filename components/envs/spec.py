@@ -1,4 +1,5 @@
-"""What the agentic stages share: the environment spec that travels with the artifacts."""
+"""The environment spec that travels with an episodic task's artifacts (``env.json``): the
+environment's name and config, written by prepare_data and read by every later stage."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """What sweep validation checks of a sweep's verl train cells, before any GPU is asked for.
 
 * a method with no verl form (its advantages are per token and computed from the policy inside
-  the loss, or it trains on supervised targets) is refused on ``backend: verl``;
+  the loss) is refused on ``backend: verl``; SFT trains through verl's SFT trainer (``sft.py``);
 * on the GPU path (``executor: kubernetes``) every verl cell's per-GPU memory estimate
   (``memory.py``) must fit its declared GPUs (``n_gpus_per_node x nnodes`` of ``gpu_memory_gib``).
 
@@ -20,14 +20,13 @@ DEFAULT_GPU_MEMORY_GIB = 80.0
 VERL_TOKEN_METHODS = ("rl_zvp",)
 
 
-_SUPERVISED = "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
 _TOKEN_LOSS = ("its advantages are per token, computed from the policy inside the loss, which verl's "
                "actor loss does not take")
 # Sweep validation runs where the method modules cannot be imported (the kfp environment has no
 # numpy or torch), so the refusals are a table by registered name; refusal_from_class derives
 # them from the classes and tests/trainer/test_verl_cells.py checks the two agree for every
 # registered method, so a method added later without a verl form fails that test, not a GPU job.
-NO_VERL_FORM: dict[str, str] = {"sft": _SUPERVISED, "opd": _TOKEN_LOSS, "pg_opd": _TOKEN_LOSS}
+NO_VERL_FORM: dict[str, str] = {"opd": _TOKEN_LOSS, "pg_opd": _TOKEN_LOSS}
 
 
 def verl_form_refusal(method: str) -> str | None:
@@ -38,11 +37,8 @@ def verl_form_refusal(method: str) -> str | None:
 def refusal_from_class(method: str) -> str | None:
     """The same answer from the method's class (imports it: numpy, maybe torch)."""
     from components.methods.registry import method_class
-    from components.methods.sft import SFT
 
     cls = method_class(method)
-    if issubclass(cls, SFT):
-        return _SUPERVISED
     if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
         return _TOKEN_LOSS
     return None

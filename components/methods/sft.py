@@ -14,6 +14,11 @@ from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Stateless
 
 
+def target_ids(trace: str, tokenizer) -> tuple[int, ...]:
+    """What SFT trains on after the prompt: the trace's tokens, then EOS (every backend's)."""
+    return tuple(tokenizer.encode(trace, add_special_tokens=False)) + (tokenizer.eos_token_id,)
+
+
 class SFTConfig(MethodConfig):
     pass
 
@@ -45,7 +50,7 @@ class SFT(Stateless):
             if trace is None:
                 continue
             ids = ctx.encode_prompt(p)
-            target = tuple(tok.encode(trace, add_special_tokens=False)) + (tok.eos_token_id,)
+            target = target_ids(trace, tok)
             groups.append(Group(uid=p.uid, problem_uid=p.uid, answer=p.answer, context_ids=ids,
                                 prompt_len=len(ids), responses=[target], texts=[trace], rewards=[1.0],
                                 reasons=["expert"], finish_reasons=["stop"], supervised=True))

@@ -8,33 +8,21 @@ from pathlib import Path
 import pytest
 
 
-# Why a registered method does not train on verl, by name: its case is a strict xfail
-# raising the stage's refusal, so the day one is wired the case passes and fails as an XPASS.
-NOT_ON_VERL = {
-    "sft": "not wired to verl 0.9.1's SFT trainer (verl/trainer/sft_trainer.py, engine-based): "
-           "no stage path feeds it the expert traces with the embedded SFT's loss mask",
-    "opd": "verl 0.9.1 scores student sequences with a teacher (verl.experimental.teacher_loop: "
-           "teacher vLLM servers, prompt_logprobs; verl.trainer.distillation losses) but this "
-           "trainer starts no teacher and maps no reverse-KL token advantage onto it",
-    "pg_opd": "as opd, plus its pruning needs the teacher's top-k at the probe positions of "
-              "unfinished responses during the rollout, while verl's teacher scores finished "
-              "sequences after it (AgentLoopWorker._compute_teacher_logprobs)",
-}
-
-
 def registry_cases(task: str, configs: dict[str, dict]) -> list:
     """Every registered method of ``task`` (a method added later is a case without editing a
     test), with ``configs``' small config where one is named, else the method's defaults; a
-    method refused on verl is a strict xfail naming what is missing."""
+    method refused on verl (``cells.verl_form_refusal`` with the case's config) is a strict xfail
+    raising the stage's refusal and naming what is missing, so the day one is wired its case
+    passes and fails as an XPASS."""
     from components.methods.registry import available
     from components.trainer.verl.cells import verl_form_refusal
 
     out = []
     for m in available(task):
         marks = ()
-        if verl_form_refusal(m) is not None:
-            marks = pytest.mark.xfail(strict=True, raises=ValueError,
-                                      reason=NOT_ON_VERL.get(m, verl_form_refusal(m)))
+        why = verl_form_refusal(m, configs.get(m))
+        if why is not None:
+            marks = pytest.mark.xfail(strict=True, raises=ValueError, reason=why)
         out.append(pytest.param(m, configs.get(m, {}), id=m, marks=marks))
     return out
 

@@ -56,3 +56,63 @@ def test_validation_knows_which_token_methods_verl_runs():
     from components.trainer.verl.cells import VERL_TOKEN_METHODS
 
     assert tuple(TOKEN_ADVANTAGES) == VERL_TOKEN_METHODS
+
+
+@pytest.mark.parametrize("method_name", ["opd", "pg_opd"])
+def test_teacher_advantages_on_verl_rows_match_the_embedded_trainer(method_name, tok):
+    """OPD / PG-OPD: the verl hook's per-token advantages, on the step's rows after verl's
+    divisor padding and a balancing reorder, equal what the embedded trainer computes for the
+    same rows (teacher log-probs from the method's own teacher pass; the student's log-probs the
+    same policy's on both sides, as verl's old log-probs are with one PPO epoch)."""
+    from verl.protocol import pad_dataproto_to_divisor
+
+    from components.methods.base import Group
+    from components.methods.registry import build
+    from components.trainer.sequences import build_sequences, response_logprobs
+    from components.trainer.verl.advantages import TOKEN_ADVANTAGES
+    from components.trainer.verl.dataproto import groups_to_dataproto
+    from support.tiny import tiny_test_policy
+
+    student, teacher = tiny_test_policy(tok, seed=0), tiny_test_policy(tok, seed=1)
+    method = build(method_name, {"n": 2, "overlap": "sampled"})
+    method.setup([], {"teacher": teacher, "tokenizer": tok})
+    enc = lambda s: tuple(tok.encode(s, add_special_tokens=False))
+    groups = [Group(uid=f"g{i}", problem_uid=f"p{i}", answer="1", context_ids=enc(f"Q{i}: 1+{i}="), prompt_len=6,
+                    responses=[enc(f"{i + 1} ok"), enc(f"{i}")], texts=["", ""], rewards=[1.0, 0.0])
+              for i in range(3)]
+    method._score_teacher(groups)                      # what its rollout does after sampling
+
+    # embedded: components/trainer/embedded.py's per-token rows (first epoch: logp is the policy's)
+    seqs = build_sequences(groups, tok.pad_token_id)
+    per_token = [t for g, t in zip(groups, method.token_advantage_groups(groups)) for _ in range(g.n)]
+    with torch.no_grad():
+        logp, ent = response_logprobs(student, seqs.input_ids, seqs.attention, with_entropy=True)
+    rows = torch.arange(len(seqs))
+    want = method.token_advantages(ent, seqs.response_mask, seqs.rewards, rows=rows, logp=logp)
+    assert all(per_token) and (want != 0).any()
+
+    # verl: the step's DataProto, its old log-probs in verl's [N, R] layout, padded and reordered
+    data = groups_to_dataproto(groups, tok.pad_token_id, response_length=6)
+    R = data.batch["responses"].shape[1]
+    old = torch.zeros(len(data), R)
+    for i in range(len(data)):
+        pos = torch.nonzero(seqs.response_mask[i] > 0).flatten()
+        old[i, :len(pos)] = logp[i, pos]
+    data.batch["advantages"] = torch.zeros(len(data), R)
+    data.batch["old"] = old
+    data.non_tensor_batch["row"] = np.arange(len(data))
+    method.token_advantage_groups(groups)
+    data, pad = pad_dataproto_to_divisor(data, 4)
+    data.batch["response_mask"][-pad:] = 0
+    data.reorder(torch.tensor([7, 2, 5, 0, 6, 1, 4, 3]))
+    stats = TOKEN_ADVANTAGES[method_name](method, data, torch.zeros(len(data), R), data.batch["old"])
+    got = data.batch["advantages"]
+    for j, r in enumerate(data.non_tensor_batch["row"].tolist()):
+        m = data.batch["response_mask"][j] > 0
+        if not m.any():                                  # a pad row carries no loss
+            assert (got[j] == 0).all()
+            continue
+        pos = torch.nonzero(seqs.response_mask[r] > 0).flatten()
+        assert torch.allclose(got[j, :int(m.sum())], want[r, pos], atol=1e-6), (j, r)
+        assert (got[j, int(m.sum()):] == 0).all()
+    assert stats["opd/adv_mean"] != 0

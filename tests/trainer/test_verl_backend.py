@@ -469,7 +469,7 @@ def test_verl_run_follows_model_ref_of_a_registered_model(tmp_path, monkeypatch)
     assert run["config"].actor_rollout_ref.model.path == str(src.resolve())
 
 
-@pytest.mark.parametrize("method", ["sft", "opd", "pg_opd"])
+@pytest.mark.parametrize("method", ["pg_opd"])
 def test_verl_run_refuses_a_method_without_verl_form_before_ray(method, tmp_path):
     """A direct call (``rlvr train-verl``, a stage run outside sweep validation) is refused by
     the run itself, with the validation's reason, before any input is read or Ray starts."""

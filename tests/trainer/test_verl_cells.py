@@ -24,12 +24,12 @@ def test_methods_without_a_verl_form():
     from components.methods.registry import available
 
     refused = sorted(m for m in available() if verl_form_refusal(m) is not None)
-    assert refused == ["opd", "pg_opd", "sft"]
+    assert refused == ["pg_opd"]
     # the validation table is what the classes say, for every registered method
     assert {m: verl_form_refusal(m) for m in available()} == {m: refusal_from_class(m) for m in available()}
 
 
-@pytest.mark.parametrize("method", ["pg_opd", "sft"])
+@pytest.mark.parametrize("method", ["pg_opd"])
 def test_method_with_no_verl_form_is_refused_at_validation(method):
     d = _data("vigor_table1")
     d["methods"] = ["grpo", method]

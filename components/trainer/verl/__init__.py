@@ -6,10 +6,11 @@ agent_loop.py  the token-id agent loop verl's rollout workers run for it
 dataproto.py  Groups <-> DataProto, verl core_algos advantages with uid grouping
 trainer.py  RayPPOTrainer subclass running the shared loop (components/trainer/loop.py)
 run.py      one run (stage backend: verl; ``rlvr train-verl`` on the command line)
+sft.py      SFT on verl's Ray SFT trainer (the embedded SFT's rows and batches)
 cells.py    sweep-validation checks of verl cells (no verl form; per-GPU memory fit)
 memory.py   per-GPU memory arithmetic of one cell (torch-free)
 gpu_settings.py  rendered GPU knobs against verl's example scripts (``python -m``)
-advantages.py    RL-ZVP's token advantages as a verl estimator (``register_adv_est``)
+advantages.py    per-token advantages in the verl update: RL-ZVP (``register_adv_est``), OPD / PG-OPD
 
 Nothing here is imported by the embedded path; importing this package imports nothing heavy.
 """

@@ -1,4 +1,5 @@
-"""RL-ZVP's token-level advantages as a verl advantage estimator (``register_adv_est``).
+"""Per-token advantages on verl: RL-ZVP's as a verl advantage estimator (``register_adv_est``),
+and OPD / PG-OPD's teacher-minus-student values (:func:`apply_teacher_advantages`).
 
 verl's actor loss takes advantages as a [batch, response] tensor computed on the driver; RL-ZVP's
 zero-variance rows need the policy's per-token entropy H_t. With one PPO epoch the policy inside
@@ -44,7 +45,7 @@ def compute_rl_zvp_advantage(token_level_rewards: torch.Tensor, response_mask: t
     return adv, adv
 
 
-def apply_entropy_advantages(method, data, entropys: torch.Tensor) -> dict[str, float]:
+def apply_entropy_advantages(method, data, entropys: torch.Tensor, old_log_probs: torch.Tensor) -> dict[str, float]:
     """In the verl update, after the old log-probs: the zero-variance rows' advantages become the
     method's own per-token values from the old policy's entropy (``method.token_advantages``), in
     place on ``data.batch['advantages']``. Rows are found by uid (the batch is padded and balanced
@@ -61,5 +62,22 @@ def apply_entropy_advantages(method, data, entropys: torch.Tensor) -> dict[str, 
             "zvp/nonzero_tokens": float(((tok != 0) & zero[:, None] & (mask > 0)).sum())}
 
 
+def apply_teacher_advantages(method, data, entropys: torch.Tensor, old_log_probs: torch.Tensor) -> dict[str, float]:
+    """OPD / PG-OPD in the verl update, after the old log-probs: every row's advantages become
+    A_t = log pi_T(a_t) - log pi_S(a_t) (``method.token_advantages``; the teacher scored the
+    rollout on the driver). The student's log-probs are the old policy's: with one PPO epoch
+    that is the policy inside the update (ratio 1), where the embedded trainer reads them, and
+    the clipped surrogate's gradient at ratio 1 is the REINFORCE term -A_t grad log pi_S.
+    Rows are found by their index in the step's groups (``row``, carried through padding and
+    balancing; a pad row's response mask is 0, so it gets none)."""
+    mask = data.batch["response_mask"].to(old_log_probs.dtype)
+    rows = torch.as_tensor(np.asarray(data.non_tensor_batch["row"], dtype=np.int64))
+    scores = data.batch["token_level_rewards"].sum(-1)
+    tok = method.token_advantages(entropys, mask, scores, rows=rows, logp=old_log_probs) * mask
+    data.batch["advantages"] = tok.to(data.batch["advantages"].dtype)
+    return {"opd/adv_mean": float(tok.sum() / mask.sum().clamp(min=1.0))}
+
+
 # methods whose per-token advantages verl can compute: name -> the update hook above
-TOKEN_ADVANTAGES = {NAME: apply_entropy_advantages}
+TOKEN_ADVANTAGES = {NAME: apply_entropy_advantages, "opd": apply_teacher_advantages,
+                    "pg_opd": apply_teacher_advantages}

@@ -1,7 +1,8 @@
 """What sweep validation checks of a sweep's verl train cells, before any GPU is asked for.
 
-* a method with no verl form (its advantages are per token and computed from the policy inside
-  the loss, or it trains on supervised targets) is refused on ``backend: verl``;
+* a method (or a method config) with no verl form is refused on ``backend: verl``: PG-OPD's
+  top-k probe (``overlap: topk``) needs the student's top-k log-probs from the rollout, which
+  verl's vLLM server does not return; SFT trains through verl's SFT trainer (``sft.py``);
 * on the GPU path (``executor: kubernetes``) every verl cell's per-GPU memory estimate
   (``memory.py``) must fit its declared GPUs (``n_gpus_per_node x nnodes`` of ``gpu_memory_gib``).
 
@@ -17,34 +18,44 @@ from components.trainer.verl.memory import estimate
 DEFAULT_GPU_MEMORY_GIB = 80.0
 # per-token-advantage methods the verl update can compute (advantages.TOKEN_ADVANTAGES, which
 # imports torch; tests/trainer/test_verl_advantages.py checks the two agree)
-VERL_TOKEN_METHODS = ("rl_zvp",)
+VERL_TOKEN_METHODS = ("rl_zvp", "opd", "pg_opd")
 
 
-_SUPERVISED = "it trains on supervised targets (no rollouts), which verl's PPO trainer has no step for"
 _TOKEN_LOSS = ("its advantages are per token, computed from the policy inside the loss, which verl's "
                "actor loss does not take")
+_TOPK_PROBE = ("overlap: topk needs the student's top-k log-probs in the probe window, which verl's vLLM "
+               "server does not return (vLLMHttpServer.generate sets logprobs to 0 or None); use overlap: "
+               "sampled, or prune: false")
 # Sweep validation runs where the method modules cannot be imported (the kfp environment has no
-# numpy or torch), so the refusals are a table by registered name; refusal_from_class derives
-# them from the classes and tests/trainer/test_verl_cells.py checks the two agree for every
-# registered method, so a method added later without a verl form fails that test, not a GPU job.
-NO_VERL_FORM: dict[str, str] = {"sft": _SUPERVISED, "opd": _TOKEN_LOSS, "pg_opd": _TOKEN_LOSS}
+# numpy or torch), so the refusals are a table by registered name (and, for PG-OPD, its probe's
+# config with the defaults of PGOPDConfig); refusal_from_class derives them from the classes and
+# tests/trainer/test_verl_cells.py checks the two agree for every registered method, so a method
+# added later without a verl form fails that test, not a GPU job.
+NO_VERL_FORM: dict[str, str] = {}
+TOPK_PROBE_DEFAULTS = {"pg_opd": {"prune": True, "overlap": "topk"}, "opd": {"prune": False, "overlap": "topk"}}
 
 
-def verl_form_refusal(method: str) -> str | None:
-    """Why ``method`` cannot train on verl, or None when it can."""
+def verl_form_refusal(method: str, method_config: dict | None = None) -> str | None:
+    """Why ``method`` (with ``method_config``, default: the method's defaults) cannot train on
+    verl, or None when it can."""
+    if method in TOPK_PROBE_DEFAULTS:
+        c = {**TOPK_PROBE_DEFAULTS[method], **(method_config or {})}
+        if c["prune"] and c["overlap"] == "topk":
+            return _TOPK_PROBE
     return NO_VERL_FORM.get(method)
 
 
 def refusal_from_class(method: str) -> str | None:
-    """The same answer from the method's class (imports it: numpy, maybe torch)."""
+    """The same answer for the method's default config, from its class (imports it: numpy,
+    maybe torch)."""
     from components.methods.registry import method_class
-    from components.methods.sft import SFT
 
     cls = method_class(method)
-    if issubclass(cls, SFT):
-        return _SUPERVISED
     if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
         return _TOKEN_LOSS
+    c = cls.Config()
+    if getattr(c, "prune", False) and getattr(c, "overlap", None) == "topk":
+        return _TOPK_PROBE
     return None
 
 
@@ -78,7 +89,7 @@ def check(sweep) -> None:
         m = cell["method"]
         if m not in seen:
             seen.add(m)
-            why = verl_form_refusal(m)
+            why = verl_form_refusal(m, cell["params"].get("method_config"))
             if why is not None:
                 raise FieldError(_where(sweep, m, "backend"),
                                  f"method {m!r} has no verl form ({why}); run it with backend: embedded")

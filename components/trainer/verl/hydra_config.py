@@ -155,10 +155,12 @@ def overrides(cfg: TrainConfig, *, model_path: str | Path, work_dir: str | Path,
         if getattr(cfg, f"val_{key}", None) is not None:
             ov[f"actor_rollout_ref.rollout.val_kwargs.{key}"] = getattr(cfg, f"val_{key}")
             ov["actor_rollout_ref.rollout.val_kwargs.do_sample"] = True
-    return [f"{k}={_hydra_value(v)}" for k, v in ov.items()] + list(extra)
+    return [f"{k}={hydra_value(v)}" for k, v in ov.items()] + list(extra)
 
 
-def _hydra_value(v: Any) -> str:
+def hydra_value(v: Any) -> str:
+    if v is None:
+        return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
@@ -166,14 +168,14 @@ def _hydra_value(v: Any) -> str:
     return str(v)
 
 
-def compose(override_list: Sequence[str]):
-    """verl's ``ppo_trainer`` config with the overrides applied (an OmegaConf DictConfig)."""
+def compose(override_list: Sequence[str], config_name: str = "ppo_trainer"):
+    """verl's ``config_name`` config with the overrides applied (an OmegaConf DictConfig)."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()   # compose may run more than once per process (tests, retries)
     with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=list(override_list))
+        return hydra_compose(config_name=config_name, overrides=list(override_list))
 
 
 def stage_config(cfg: TrainConfig, params: Any, *, model_dir: str | Path, work_dir: str | Path, n: int,

@@ -80,7 +80,7 @@ def prepare(params: Any, ctx) -> dict:
     from components.stages.common import read_json
     from components.trainer.verl.cells import verl_form_refusal
 
-    why = verl_form_refusal(params.method)        # sweep validation refuses it too; a direct call here
+    why = verl_form_refusal(params.method, params.method_config)   # sweep validation refuses it too
     if why is not None:
         raise ValueError(f"method {params.method!r} has no verl form ({why}); run it with backend: embedded")
     model_dir = model_path(ctx.input("model"))
@@ -103,6 +103,8 @@ def prepare(params: Any, ctx) -> dict:
         run = {"items": problems, "val": read_problems(hard_dir / "heldout.jsonl"),
                "resources": {"expert_traces": traces, "p0": {p.uid: p.meta.get("base_pass_rate", 0.0)
                                                              for p in problems}}}
+        if "teacher" in ctx.inputs:          # a distilling method's teacher model (OPD, PG-OPD)
+            run["resources"]["teacher"] = ctx.input("teacher")
         cfg, config = build_config(params, model_dir, ctx.work_dir, ctx.sweep)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return {**run, "model_dir": model_dir, "cfg": cfg, "config": config}
@@ -125,23 +127,26 @@ def cpu_platform_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def ray_session(params: Any, config, on_cpu: dict[str, str]) -> Iterator[None]:
-    """Ray for one run, started (and shut down) here unless the process already has one."""
+def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CPU_RAY_UNITS) -> Iterator[None]:
+    """Ray for one run, started (and shut down) here unless the process already has one.
+    ``cpu_units``: the Ray CPUs a CPU run declares (scheduling units, see below)."""
     import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     started_ray = not ray.is_initialized()
     if started_ray:
-        env = OmegaConf.merge(get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.get("runtime_env", {}))
-        init = {"runtime_env": OmegaConf.to_container(env), "num_cpus": config.ray_kwargs.ray_init.num_cpus}
+        # the PPO config's ray_kwargs; the SFT config has none
+        ray_init = OmegaConf.select(config, "ray_kwargs.ray_init", default=None) or {}
+        env = OmegaConf.merge(get_ppo_ray_runtime_env(config), ray_init.get("runtime_env", {}))
+        init = {"runtime_env": OmegaConf.to_container(env), "num_cpus": ray_init.get("num_cpus")}
         if on_cpu:
             # one worker slot per "GPU" of verl's resource pool (see cpu_platform's docstring)
             init["runtime_env"].setdefault("env_vars", {}).update(on_cpu)
             init["num_gpus"] = params.n_gpus_per_node * params.nnodes
-            # Ray CPUs are scheduling units here, not cores: verl's pool reserves 3 per worker
-            # slot, its agent-loop, reward and vLLM-server actors one each
-            init["num_cpus"] = max(init["num_cpus"] or 0, CPU_RAY_UNITS)
+            # Ray CPUs are scheduling units here, not cores: verl's PPO pool reserves 3 per
+            # worker slot, its agent-loop, reward and vLLM-server actors one each
+            init["num_cpus"] = max(init["num_cpus"] or 0, cpu_units)
             init["include_dashboard"] = False
             # Ray prestarts one idle Python worker per CPU unit for the first driver: on a
             # 2-core machine that is seconds of CPU each for processes nobody uses
@@ -173,6 +178,10 @@ def verl_workers(config) -> dict[str, Any]:
 
 def train_with_verl(params: Any, ctx) -> dict:
     on_cpu = cpu_platform_env()
+    if params.method == "sft":          # verl's SFT trainer, not its PPO trainer
+        from components.trainer.verl.sft import train_sft_with_verl
+
+        return train_sft_with_verl(params, ctx, on_cpu)
     run = prepare(params, ctx)
     attach_mlflow(ctx.tracker.run_id)
     with ray_session(params, run["config"], on_cpu):

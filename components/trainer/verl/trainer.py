@@ -219,11 +219,18 @@ class RLVRPPOTrainer(VerlTrainer, FitLoop):
 
     def update(self, groups: list[Group]) -> dict[str, float]:
         if any(g.supervised for g in groups):
-            raise ValueError(f"method {self.cfg.method}: supervised groups (SFT) are embedded-trainer only")
+            raise ValueError(f"method {self.cfg.method}: supervised groups train through verl's SFT trainer "
+                             "(components/trainer/verl/sft.py), not the PPO update")
         data = groups_to_dataproto(groups, self.tokenizer.pad_token_id, response_length=self.cfg.max_new_tokens)
         data.batch["advantages"] = verl_advantages(data, self.cfg.adv_estimator)
         apply_method_advantages(data, self.method, groups)
-        hook = None if self.token_advantages is None else lambda d, ent: self.token_advantages(self.method, d, ent)
+        hook = None
+        if self.token_advantages is not None:
+            self.method.token_advantage_groups(groups)      # the method's rows of this step (PG-OPD's teacher)
+            data.non_tensor_batch["row"] = np.arange(len(data))
+
+            def hook(d, ent, old):
+                return self.token_advantages(self.method, d, ent, old)
         return update_actor_on_rows(self, data, self.cfg.micro_batch, {}, token_advantages=hook)
 
 
@@ -332,8 +339,8 @@ def update_actor_on_rows(trainer: RayPPOTrainer, data, micro_batch: int, metrics
     data.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
     old, _ = trainer._compute_old_log_prob(data)
     entropys = old.batch.pop("entropys")
-    if token_advantages is not None:     # RL-ZVP: advantages from the old policy's entropy (advantages.py)
-        metrics.update(token_advantages(data, entropys))
+    if token_advantages is not None:     # RL-ZVP, OPD: from the old policy's entropy / log-probs (advantages.py)
+        metrics.update(token_advantages(data, entropys, old.batch["old_log_probs"]))
     data = data.union(old)
     if trainer.use_reference_policy:     # verl's KL loss (kl_coef > 0, or a sweep's verl_overrides)
         data = data.union(trainer._compute_ref_log_prob(data))

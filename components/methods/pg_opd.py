@@ -45,7 +45,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.engine.base import SamplingParams
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 if TYPE_CHECKING:

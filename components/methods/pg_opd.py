@@ -295,13 +295,3 @@ class PGOPD(Method):
                 "distillation.distillation_loss.loss_mode=k1",
                 "distillation.distillation_loss.use_policy_gradient=true",
                 "distillation.distillation_loss.use_task_rewards=false"]
-
-
-class OPDConfig(PGOPDConfig):
-    prune: bool = False
-
-
-class OPD(PGOPD):
-    """Plain on-policy distillation: PG-OPD with pruning off (every candidate to full length)."""
-    name = "opd"
-    Config = OPDConfig

@@ -21,8 +21,8 @@ variant was built to be (correct forms correct, wrong and hedged answers wrong).
 
     .venv/bin/python tests/support/grader_validation.py [--every 1] [--docs docs/grading.md] [--out misses.json]
 
-``--docs`` rewrites the block between ``<!-- bench:grader_validation -->`` and
-``<!-- /bench:grader_validation -->`` in that file with the printed summary.
+``--docs`` rewrites the block between ``<!-- generated:grader_validation -->`` and
+``<!-- /generated:grader_validation -->`` in that file with the printed summary.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ _DEC = re.compile(r"^-?\d*\.\d+$")
 _NUM = re.compile(r"^-?(?:\d+(?:\.\d+)?|\\[dt]?frac\{\d+\}\{\d+\})$")
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
 _BRACKETED = re.compile(r"^[(\[].*[)\]]$")
-BLOCK = re.compile(r"(<!-- bench:grader_validation -->\n)(.*?)(<!-- /bench:grader_validation -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated:grader_validation -->\n)(.*?)(<!-- /generated:grader_validation -->)", re.S)
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,8 @@ def report(s: dict, n_golds: int, benches: list[str]) -> str:
 def write_block(path: Path, body: str) -> None:
     text = path.read_text()
     if not BLOCK.search(text):
-        raise SystemExit(f"{path}: no <!-- bench:grader_validation --> ... <!-- /bench:grader_validation --> block")
+        raise SystemExit(f"{path}: no <!-- generated:grader_validation --> ... "
+                         "<!-- /generated:grader_validation --> block")
     path.write_text(BLOCK.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(3), text))
 
 

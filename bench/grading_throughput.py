@@ -43,7 +43,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "tests" / "bad_input" / "corpus" / "grader_outputs.jsonl"
 HOSTILE_TIMEOUT_S = 2.0
 

@@ -67,6 +67,33 @@ def airflow_env() -> dict[str, str]:
     }
 
 
+def _checked_sweep(file: Path):
+    """The sweep of ``file`` with every stage's params validated (this imports the stage
+    modules); a bad one exits with one line naming the file and field."""
+    try:
+        cfg = load_sweep(file)
+        for stage, params in stage_graph.planned_params(cfg):
+            lineage.check_params(stage, params)
+    except SweepError as e:
+        _die(str(e))
+    except lineage.StageError as e:
+        where = f"stages.{stage}" + ("" if e.field == "<root>" else f".{e.field}")
+        if stage == "train" and e.field.startswith("method_config."):  # it came from method_config.<m>
+            where = f"method_config.{params['method']}.{e.field.split('.', 1)[1]}"
+        _die(f"{file}: {where}: {e.problem}" if e.field else f"{file}: {e}")
+    return cfg
+
+
+def _sweep_name(ref: str) -> str:
+    """The sweep name ``ref`` gives: the ``name`` of an existing sweep YAML, else ``ref`` itself."""
+    if ref.endswith((".yaml", ".yml")) and Path(ref).exists():
+        try:
+            return load_sweep(ref).name
+        except SweepError as e:
+            _die(str(e))
+    return ref
+
+
 def ensure_airflow_db(env: dict[str, str]) -> None:
     """``airflow db migrate`` once: takes tens of seconds, so a marker records the
     airflow version it was done for and the check costs one file read."""
@@ -98,18 +125,7 @@ def sweep(file: Path = typer.Argument(..., help="sweep YAML"),
     successful run's stage calls are all still cached (components/receipts.py), Airflow is
     not started at all."""
     file = file.expanduser().resolve()
-    try:
-        cfg = load_sweep(file)  # fail fast, before airflow's slow start
-    except SweepError as e:
-        _die(str(e))
-    try:  # every stage's params, before airflow starts (imports the stage modules)
-        for stage, params in stage_graph.planned_params(cfg):
-            lineage.check_params(stage, params)
-    except lineage.StageError as e:
-        where = f"stages.{stage}" + ("" if e.field == "<root>" else f".{e.field}")
-        if stage == "train" and e.field.startswith("method_config."):  # it came from method_config.<m>
-            where = f"method_config.{params['method']}.{e.field.split('.', 1)[1]}"
-        _die(f"{file}: {where}: {e.problem}" if e.field else f"{file}: {e}")
+    cfg = _checked_sweep(file)  # fail fast, before airflow's slow start
     if on_services:
         from components.services.cli import sweep_on_services
         raise typer.Exit(sweep_on_services(file, cfg, rerun, _print_tables))
@@ -243,13 +259,7 @@ def compile_cmd(file: Path = typer.Argument(..., help="sweep YAML"),
     (components/kfp), compiled in the kfp environment (make kfp-env): kfp cannot share this one."""
     if target != "kfp":
         _die(f"--target: unknown target {target!r} (targets: kfp)")
-    try:  # a bad sweep or stage param is reported here, not by a pod on the cluster
-        for stage, params in stage_graph.planned_params(load_sweep(file)):
-            lineage.check_params(stage, params)
-    except SweepError as e:
-        _die(str(e))
-    except lineage.StageError as e:
-        _die(f"{file}: stages.{stage}: {e}")
+    _checked_sweep(file)  # a bad sweep or stage param is reported here, not by a pod on the cluster
     py = Path(os.environ.get(KFP_PYTHON_ENV) or REPO / ".venv-kfp" / "bin" / "python")
     if not py.exists():
         _die(f"{py}: the kfp environment is missing; run `make kfp-env`", 1)
@@ -266,15 +276,8 @@ def ui(sweep_ref: Optional[str] = typer.Argument(None, metavar="[SWEEP]",
     http MLFLOW_TRACKING_URI) serves it when running; otherwise the MLflow UI is started on
     this project's store (replacing this process)."""
     from components import tracking
-    server = _running_mlflow_server()
-    if server:
-        os.environ["MLFLOW_TRACKING_URI"] = server
-    name = sweep_ref
-    if sweep_ref and sweep_ref.endswith((".yaml", ".yml")) and Path(sweep_ref).exists():
-        try:
-            name = load_sweep(sweep_ref).name
-        except SweepError as e:
-            _die(str(e))
+    server = _use_running_mlflow_server()
+    name = sweep_ref and _sweep_name(sweep_ref)
     base = server or f"http://127.0.0.1:{port}"
     try:
         url = tracking.sweep_runs_url(base, name)
@@ -297,9 +300,9 @@ def ui(sweep_ref: Optional[str] = typer.Argument(None, metavar="[SWEEP]",
     os.execvp(argv[0], argv)
 
 
-def _running_mlflow_server() -> str | None:
+def _use_running_mlflow_server() -> str | None:
     """An http tracking URI the environment names, else the MLflow server of `rlvr services`
-    when it answers; None: no server, the store is local."""
+    when it answers (then set as MLFLOW_TRACKING_URI); None: no server, the store is local."""
     import httpx
     uri = os.environ.get("MLFLOW_TRACKING_URI", "")
     if uri.startswith(("http://", "https://")):
@@ -315,18 +318,16 @@ def _running_mlflow_server() -> str | None:
         ok = httpx.get(deploy.mlflow_url(cfg) + "/health", timeout=3).status_code == 200
     except httpx.HTTPError:
         ok = False
-    return deploy.mlflow_url(cfg) if ok else None
+    if not ok:
+        return None
+    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(cfg)
+    return deploy.mlflow_url(cfg)
 
 
 @app.command()
 def tables(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name or sweep YAML")) -> None:
     """Print tables.md of the latest FINISHED 'tables' stage run of a sweep."""
-    name = sweep_ref
-    if sweep_ref.endswith((".yaml", ".yml")) and Path(sweep_ref).exists():
-        try:
-            name = load_sweep(sweep_ref).name
-        except SweepError as e:
-            _die(str(e))
+    name = _sweep_name(sweep_ref)
     if "'" in name or "\\" in name:
         _die(f"not a sweep name: {name!r}")
     _print_tables(name)
@@ -376,9 +377,7 @@ def tracking_replay(spool: Optional[list[Path]] = typer.Argument(
         None, help="spool files (<run id>.jsonl); default: every spool under $RLVR_HOME/work")) -> None:
     """Send spooled metrics, params, tags, outputs and run ends to their MLflow runs, in order."""
     from components import tracking_spool
-    server = _running_mlflow_server()
-    if server:
-        os.environ["MLFLOW_TRACKING_URI"] = server
+    _use_running_mlflow_server()
     files = spool or tracking_spool.spools(lineage.rlvr_home())
     if not files:
         typer.echo(f"no spooled records under {lineage.rlvr_home() / 'work'}", err=True)

@@ -95,7 +95,7 @@ def test_agentic_stages_cover_the_environments_they_make(stage):
         assert mod in files, (stage, mod)
 
 
-@pytest.mark.parametrize("stage", ["prepare_data", "filter_hard", "evaluate"])
+@pytest.mark.parametrize("stage", ["prepare_data", "pretrain", "filter_hard", "seed_prefixes", "evaluate"])
 def test_data_stages_cover_both_tasks_parts_and_no_trainer(stage):
     files = cf.module_files(f"components.stages.{stage}")
     assert {"components.data.task_stages", "components.agentic.data_stages"} <= set(files)

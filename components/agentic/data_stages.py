@@ -1,5 +1,6 @@
 """The episodic task's part of the data stages: map-seed pools and ``env.json``
-(prepare_data), successes in ``k`` episodes (filter_hard) and scored episodes (evaluate).
+(prepare_data), the behaviour-cloned base policy (pretrain), successes in ``k`` episodes
+(filter_hard), the expert's episodes (seed_prefixes) and scored episodes (evaluate).
 ``components.agentic.task.EpisodeTask`` takes these hooks; this module imports no trainer,
 so the data stages' code fingerprint stays their own."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from components.agentic.rollout import Start, prompt_encoder, rollout_episodes
+from components.agentic.rollout import Start, prompt_encoder, rollout_episodes, success_rate
 from components.engine.base import SamplingParams
 
 # map seeds of prepare_data: train pool from 0, demonstrations and held-out ones at these offsets
@@ -123,3 +124,55 @@ class EpisodeStages:
         turns = float(np.mean([s.turns for s in samples]))
         return ({"task": "agentic", "env": self.env, "episode_turns_mean": turns},
                 {"eval/success_rate": float(np.mean([s.correct for s in samples])), "eval/episode_turns": turns})
+
+    @staticmethod
+    def seed_prefixes(params, ctx) -> dict:
+        """No expert trajectories unless ``expert_episodes``: then the environment expert's
+        solved episode (action texts) per kept map seed."""
+        from components.agentic.bc import expert_action
+        from components.envs.spec import env_factory, read_env
+        from components.stages.common import read_json, write_json
+
+        traces = {}
+        if params.expert_episodes:
+            make = env_factory(read_env(ctx.input("hard")))
+            for row in read_json(ctx.input("hard") / "train.json"):
+                env, actions, done, info = make(), [], False, {"won": False}
+                env.reset(row["seed"])
+                while not done and (a := expert_action(env)) is not None:
+                    actions.append(a)
+                    _, _, done, info = env.step(a)
+                if info["won"]:
+                    traces[str(row["seed"])] = actions
+        write_json(ctx.out_dir / "traces.json", traces)
+        return {"expert_episodes": len(traces)}
+
+    @staticmethod
+    def pretrain(params, ctx) -> dict:
+        """Behaviour cloning of a noisy expert on the ``pretrain`` map seeds; then the base
+        success rate on the first ``probe_seeds`` train-pool seeds (one episode each, temperature 1)."""
+        from components.agentic.bc import demonstrations
+        from components.agentic.policy import build_agent_tokenizer
+        from components.envs.spec import env_factory, read_env, write_env
+        from components.engine.base import TokenMeter
+        from components.stages.common import make_engine, read_json, write_json
+        from components.stages.pretrain import train_base_policy
+
+        spec = read_env(ctx.input("data"))
+        make = env_factory(spec)
+        seeds = read_json(ctx.input("data") / "seeds.json")
+        demos, demo_stats = demonstrations(make, seeds["pretrain"], params.noise, params.seed)
+        tok = build_agent_tokenizer(max_positions=params.policy.max_positions)
+        model, info = train_base_policy(params, ctx, tok, demos)
+        write_env(ctx.out_dir, spec)
+        rates = {}
+        probe = seeds["train_pool"][: params.probe_seeds]
+        if probe:
+            engine = make_engine(model, tok, TokenMeter(stage="pretrain"))
+            runs = rollout_episodes(engine, make, [Start(s, (), str(s), 1) for s in probe],
+                                    SamplingParams(1.0, 1.0, params.max_new_tokens, seed=params.seed), purpose="probe")
+            rates = {"train_pool": success_rate(runs)}
+            ctx.tracker.log_metrics({"base_success/train_pool": rates["train_pool"]})
+        write_json(ctx.out_dir / "base_rates.json", rates)
+        ctx.tracker.log_metrics({f"demo/{k}": float(v) for k, v in demo_stats.items()})
+        return {**info, **demo_stats, "base_success": rates}

@@ -74,65 +74,6 @@ class EpisodeTask(EpisodeStages, Task):
         task = cls(env_factory(read_env(ctx.input("hard"))), params.max_prompt_length)
         return task, [r["seed"] for r in kept], heldout, resources
 
-    @staticmethod
-    def seed_prefixes(params, ctx) -> dict:
-        """No expert trajectories unless ``expert_episodes``: then the environment expert's
-        solved episode (action texts) per kept map seed."""
-        from components.agentic.bc import expert_action
-        from components.envs.spec import env_factory, read_env
-        from components.stages.common import read_json, write_json
-
-        traces = {}
-        if params.expert_episodes:
-            make = env_factory(read_env(ctx.input("hard")))
-            for row in read_json(ctx.input("hard") / "train.json"):
-                env, actions, done, info = make(), [], False, {"won": False}
-                env.reset(row["seed"])
-                while not done and (a := expert_action(env)) is not None:
-                    actions.append(a)
-                    _, _, done, info = env.step(a)
-                if info["won"]:
-                    traces[str(row["seed"])] = actions
-        write_json(ctx.out_dir / "traces.json", traces)
-        return {"expert_episodes": len(traces)}
-
-    @staticmethod
-    def pretrain(params, ctx) -> dict:
-        """Behaviour cloning of a noisy expert on the ``pretrain`` map seeds; then the base
-        success rate on the first ``probe_seeds`` train-pool seeds (one episode each, temperature 1)."""
-        from components.agentic.bc import demonstrations
-        from components.agentic.policy import build_agent_tokenizer
-        from components.envs.spec import env_factory, read_env, write_env
-        from components.engine.base import TokenMeter
-        from components.policy.model import TinyPolicyConfig, build_policy, save_policy
-        from components.policy.pretraining import pretrain_policy
-        from components.stages.common import make_engine, read_json, write_json
-
-        spec = read_env(ctx.input("data"))
-        make = env_factory(spec)
-        seeds = read_json(ctx.input("data") / "seeds.json")
-        demos, demo_stats = demonstrations(make, seeds["pretrain"], params.noise, params.seed)
-        tok = build_agent_tokenizer(max_positions=params.policy.max_positions)
-        model = build_policy(TinyPolicyConfig(**params.policy.model_dump()), tok, seed=params.seed)
-        info = pretrain_policy(model, tok, demos, steps=params.steps, batch_size=params.batch_size, lr=params.lr,
-                               warmup=params.warmup, seed=params.seed,
-                               log_fn=lambda s, m: ctx.tracker.log_metrics({f"pretrain/{k}": v for k, v in m.items()},
-                                                                           s))
-        save_policy(model, tok, ctx.out_dir / "model")
-        write_env(ctx.out_dir, spec)
-        rates = {}
-        probe = seeds["train_pool"][: params.probe_seeds]
-        if probe:
-            engine = make_engine(model, tok, TokenMeter(stage="pretrain"))
-            runs = rollout_episodes(engine, make, [Start(s, (), str(s), 1) for s in probe],
-                                    SamplingParams(1.0, 1.0, params.max_new_tokens, seed=params.seed), purpose="probe")
-            rates = {"train_pool": success_rate(runs)}
-            ctx.tracker.log_metrics({"base_success/train_pool": rates["train_pool"]})
-        write_json(ctx.out_dir / "base_rates.json", rates)
-        ctx.tracker.log_metrics({f"demo/{k}": float(v) for k, v in demo_stats.items()})
-        return {**{k: v for k, v in info.items() if isinstance(v, (int, float))}, **demo_stats,
-                "base_success": rates}
-
     def context(self, loop, step: int, seed: int) -> EpisodeContext:
         return EpisodeContext(loop.play, seed * 1_000_003 + 101 * step, step)
 

@@ -36,7 +36,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
-from components.agentic.rollout import EpisodeContext, EpisodeGroup, Start, episode_runs
+from components.agentic.rollout import EpisodeContext, EpisodeGroup, EpisodeRun, Start, episode_runs
 from components.methods.base import Method, MethodConfig
 
 DIM = 7

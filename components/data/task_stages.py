@@ -1,5 +1,6 @@
-"""The math task's part of the data stages: problem pools (prepare_data), the early-stopped
-hard filter (filter_hard) and graded samples (evaluate). ``components.trainer.task.MathTask``
+"""The math task's part of the data stages: problem pools (prepare_data), the tiny base policy
+(pretrain), the early-stopped hard filter (filter_hard), verified expert traces (seed_prefixes)
+and graded samples (evaluate). ``components.trainer.task.MathTask``
 inherits these hooks; the stage modules in ``components.stages`` hold the params and the rest.
 It imports no trainer, so the data stages' code fingerprint stays their own."""
 from __future__ import annotations
@@ -85,6 +86,90 @@ class ProblemStages:
     def eval_fields(samples) -> tuple[dict, dict]:
         """No fields of math's own beyond the shared ones."""
         return {}, {}
+
+    @staticmethod
+    def seed_prefixes(params, ctx) -> dict:
+        """One verified expert trace per hard prompt: ``sft.jsonl``, ``traces.json`` and the
+        expert prefix states at ``cut_fractions`` (``prefix_pool.jsonl``)."""
+        import json
+        from dataclasses import replace
+
+        from components.data.schema import read_problems, write_problems
+        from components.stages.common import grade_fn, write_json
+
+        hard = read_problems(ctx.input("hard") / "train.jsonl")
+        grade = grade_fn(params.grading_timeout_s)
+        try:
+            cands = [(p, t) for p in hard for t in p.traces]
+            scores = grade([t for _, t in cands], [p.answer for p, _ in cands]) if cands else []
+        finally:
+            grade.grader.close()
+        chosen: dict[str, list[str]] = {}
+        rejected = 0
+        for (p, t), (s, _) in zip(cands, scores):
+            if s > 0.5 and len(chosen.setdefault(p.uid, [])) < params.traces_per_prompt:
+                chosen[p.uid].append(t)
+            elif s <= 0.5:
+                rejected += 1
+        sft = [replace(p, traces=tuple(chosen[p.uid])) for p in hard if chosen.get(p.uid)]
+        write_problems(ctx.out_dir / "sft.jsonl", sft)
+        write_json(ctx.out_dir / "traces.json", {p.uid: p.traces[0] for p in sft})
+        with open(ctx.out_dir / "prefix_pool.jsonl", "w") as f:
+            for p in sft:
+                trace = p.traces[0]
+                for frac in params.cut_fractions:
+                    cut = int(round(frac * len(trace)))
+                    f.write(json.dumps({"uid": p.uid, "alpha": frac, "prefix": trace[:cut]}) + "\n")
+        # trace lengths, to check against the sweep's response budget (for the character tokenizer
+        # of the embedded demo a character is a token; the policy also samples an EOS)
+        lengths = sorted(len(p.traces[0]) for p in sft)
+        summary = {"hard_prompts": len(hard), "seeded_prompts": len(sft), "rejected_traces": rejected,
+                   "no_trace": len(hard) - len(sft),
+                   "trace_chars_median": lengths[len(lengths) // 2] if lengths else 0,
+                   "trace_chars_max": lengths[-1] if lengths else 0}
+        ctx.tracker.log_metrics({k: float(v) for k, v in summary.items()})
+        if not sft:
+            raise ValueError(f"seed_prefixes: none of the {len(hard)} hard prompts has a verified expert trace")
+        return summary
+
+    @staticmethod
+    def pretrain(params, ctx) -> dict:
+        """On the expert traces of the easy problems; then the base pass rate per level at
+        temperature 1 on prepare_data's probe set (never trained on)."""
+        import numpy as np
+
+        from components.data.schema import read_problems
+        from components.engine.base import Request, SamplingParams, TokenMeter
+        from components.policy.tokenizer import build_tokenizer
+        from components.stages.common import grade_fn, make_engine, write_json
+        from components.stages.pretrain import train_base_policy
+
+        problems = read_problems(ctx.input("data") / "pretrain.jsonl")
+        tok = build_tokenizer()
+        model, info = train_base_policy(params, ctx, tok, problems)
+        rates, clipped, sampled = {}, 0, 0
+        probe_file = ctx.input("data") / "probe.jsonl"
+        probes = read_problems(probe_file) if probe_file.is_file() else []
+        if probes:
+            meter = TokenMeter(stage="pretrain")
+            engine, grade = make_engine(model, tok, meter), grade_fn()
+            for lv in sorted({p.level for p in probes}):
+                probe = [p for p in probes if p.level == lv]
+                reqs = [Request(tuple(tok.encode(p.prompt, add_special_tokens=False)), n=4) for p in probe]
+                outs = engine.generate(reqs, SamplingParams(1.0, 1.0, params.max_new_tokens, seed=params.seed),
+                                       purpose="probe")
+                scores = grade([c.text for o in outs for c in o], [p.answer for p, o in zip(probe, outs) for _ in o])
+                rates[str(lv)] = float(np.mean([s for s, _ in scores]))
+                clipped += sum(c.finish_reason == "length" for o in outs for c in o)
+                sampled += sum(len(o) for o in outs)
+            grade.grader.close()
+            ctx.tracker.log_metrics({f"base_pass_rate/level_{k}": v for k, v in rates.items()})
+        # share of probe responses cut off by the response budget (verl: response_length/clip_ratio)
+        clip = clipped / sampled if sampled else None
+        if clip is not None:
+            ctx.tracker.log_metrics({"probe/clip_ratio": clip})
+        write_json(ctx.out_dir / "base_rates.json", rates)
+        return {**info, "base_pass_rate": rates, "probe_clip_ratio": clip}
 
 
 def write_pools(params, ctx) -> dict:

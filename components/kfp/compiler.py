@@ -157,8 +157,7 @@ def build(cfg: Sweep):
                     res = (False, run.outputs["result"])
                 else:
                     # each call item carries the parent run id too: a loop body reads only its
-                    # item (kfp.local 2.17.3 even replaces every other task output a loop task
-                    # takes by the item: kfp/local/orchestrator/task_spec_utils.py:153-156)
+                    # item (kfp.local even replaces every other task output a loop task takes by it)
                     pl = step(comps["plan_calls"](stage=stage, sweep=snap, parent=parent, **up), own, f"plan-{stage}")
                     with dsl.ParallelFor(pl.outputs["calls"]) as c:
                         run = step(comps[stage](params=c.params, inputs=c.inputs, extra=c.extra, parent=c.parent),

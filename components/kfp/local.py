@@ -1,29 +1,21 @@
 """Run a compiled pipeline on this machine with ``kfp.local`` (kfp venv; the steps themselves
 run in the main environment, as they would in the images).
 
-kfp.local has two runners. ``DockerRunner`` runs container components but needs a Docker
-daemon and the project's images. ``SubprocessRunner`` refuses container components: its task
-handler's constructor calls ``validate_not_container_component``
-(kfp/local/subprocess_task_handler.py:43 in kfp 2.17.3), which raises ``RuntimeError('The
-SubprocessRunner only supports running Lightweight Python Components. You are attempting to
-run a Container Component.')`` (same file, lines 86-94) for any command that is not kfp's
-Python executor. So here kfp.local's own pipeline orchestrator does everything it does for
-a real local run -- reads the compiled PipelineSpec, resolves every placeholder, runs the
-DAG in order with ParallelFor, the fan-in (``dsl.Collected``) and the exit handler, reads
-each step's output files -- and the SubprocessRunner's task handler is swapped for one that
-runs the container's command and args as a local process (the way kfp's own
-pipeline_orchestrator_test.py:1010-1030 runs container components without Docker). What
-differs from a cluster: the image (the process runs in the main environment, found via
-``--bin``), the platform config (no pods: the claims are one local RLVR_HOME, ConfigMap and
-Secrets are not applied) and KFP's own bookkeeping (no ML Metadata).
+kfp.local's ``DockerRunner`` needs a Docker daemon and the project's images; its
+``SubprocessRunner`` refuses container components (``validate_not_container_component``). So
+kfp.local's own orchestrator does what it does for a real local run (reads the compiled
+PipelineSpec, resolves every placeholder, runs the DAG with ParallelFor, the fan-in
+``dsl.Collected`` and the exit handler, reads each step's output files), and the
+SubprocessRunner's task handler is swapped for one that runs the container's command and args as
+a local process, as kfp's own orchestrator tests do. What differs from a cluster: the image (the
+main environment, found via ``--bin``), the platform config (one local RLVR_HOME; no ConfigMap or
+Secrets) and KFP's bookkeeping (no ML Metadata).
 
-One kfp.local bug is worked around: a ParallelFor over a named output of another task (here
-``plan-<stage>``'s ``calls``) is looked up as a task output only when the output is called
-``Output`` (kfp/local/orchestrator/enhanced_dag_orchestrator.py:394-404 in 2.17.3, a rule
-for Python components' return values; a container component cannot name a parameter
-``Output``), else as a parent input, which does not exist: "Parent pipeline input argument
-'pipelinechannel--plan-calls-calls' not found". ``_loop_items`` adds the lookup the IR
-states: the loop task's own input binding (``taskOutputParameter``).
+kfp.local (2.17) looks a ParallelFor over a named output of another task (``plan-<stage>``'s
+``calls``) up as a task output only when the output is called ``Output``, else as a missing
+parent input ("Parent pipeline input argument 'pipelinechannel--plan-calls-calls' not found");
+``_loop_items`` adds the lookup the IR states: the loop task's own input binding
+(``taskOutputParameter``).
 
 ``dry_run``: only the plan steps run. Stage steps (``rlvr run-stage``) write a placeholder
 result (``stage_graph.dry_result``) to their output file; start-sweep writes the run's sweep

@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
-from components.methods.vigor import VIGOR, VIGORConfig, bernoulli_var, merge_round
+from components.methods.vigor import VIGOR, VIGORConfig, progressive_rounds
 from components.methods.vip import VIP, VIPConfig, allocate, f_var
 from components.methods.vsr import VSR, VSRConfig
 
@@ -46,29 +46,11 @@ def replay_units(vsr: VSR, batch: Sequence[Problem], ctx: RolloutContext,
     items, replays = vsr.plan_step(batch, ctx, rng)
     p_hat = [float("nan")] * len(items)
     for uid, cut, _ in replays:
-        prob, traj = vsr.problems[uid], vsr.buffer[uid]
-        prompt_ids = ctx.encode_prompt(prob)
-        prefix = traj.response_ids[:cut]
-        text = ctx.engine.tokenizer.decode(prefix, skip_special_tokens=True)
-        items.append((prob, tuple(prompt_ids) + tuple(prefix), text, len(prompt_ids), f"{uid}@{cut}"))
+        traj = vsr.buffer[uid]
+        items.append(ctx.replay_item(vsr.problems[uid], traj.response_ids, cut))
         alpha = cut / len(traj.response_ids)
         p_hat.append((1.0 - alpha) * vsr.p0.get(uid, vsr.config.p0_default) + alpha)
     return items, p_hat
-
-
-def progressive_rounds(items: Sequence[tuple], schedule: Sequence[tuple[int, int]], ctx: RolloutContext,
-                       rng: np.random.Generator) -> list[Group]:
-    """VIGOR's rounds over any units: round t samples ``per`` more for the top ``a`` units by
-    the Bernoulli variance of their samples so far (random ties); one merged group per unit."""
-    merged: list[Group] = []
-    active = list(range(len(items)))
-    for t, (a, per) in enumerate(schedule):
-        if t > 0:
-            var = np.array([bernoulli_var(merged[i].rewards) for i in active])
-            order = np.lexsort((rng.random(len(active)), -var))
-            active = sorted(active[j] for j in order[:a])
-        merge_round(merged, active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t), t)
-    return merged
 
 
 def _tag(groups: list[Group], p_hat: Sequence[float]) -> None:

@@ -60,7 +60,7 @@ import numpy as np
 from pydantic import Field
 
 from components.data.schema import Problem
-from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, RolloutContext
 from components.methods.dapo import discard
 from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator, graph_skip_probability
 
@@ -160,12 +160,16 @@ class GRESO(Method):
     def select(self, batch: Sequence[Problem], rng: np.random.Generator) -> tuple[list[Problem], dict[str, float]]:
         """The prompts to roll out: exactly ``len(batch)`` of them (skips replaced, see module doc)."""
         selected, skipped = [], []                   # skipped: (prob, order, problem)
-        for p in batch:
+
+        def keep(p: Problem) -> bool:
             q = self.skip_prob(p.uid)
             if rng.random() < q:
                 skipped.append((q, len(skipped), p))
-            else:
-                selected.append(p)
+                return False
+            selected.append(p)
+            return True
+        for p in batch:
+            keep(p)
         need, drawn, examined = len(batch) - len(selected), 0, 0
         if need > 0 and self.pool:
             taken = {p.uid for p in batch}
@@ -178,11 +182,7 @@ class GRESO(Method):
                     continue
                 taken.add(p.uid)
                 examined += 1
-                q = self.skip_prob(p.uid)
-                if rng.random() < q:
-                    skipped.append((q, len(skipped), p))
-                else:
-                    selected.append(p)
+                if keep(p):
                     drawn += 1
                     need -= 1
         forced = sorted(skipped, key=lambda t: (t[0], t[1]))[:need]

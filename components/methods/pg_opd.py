@@ -45,7 +45,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.engine.base import SamplingParams
 from components.methods.base import Group, Method, MethodConfig, RolloutContext
 
 if TYPE_CHECKING:
@@ -296,13 +295,3 @@ class PGOPD(Method):
                 "distillation.distillation_loss.loss_mode=k1",
                 "distillation.distillation_loss.use_policy_gradient=true",
                 "distillation.distillation_loss.use_task_rewards=false"]
-
-
-class OPDConfig(PGOPDConfig):
-    prune: bool = False
-
-
-class OPD(PGOPD):
-    """Plain on-policy distillation: PG-OPD with pruning off (every candidate to full length)."""
-    name = "opd"
-    Config = OPDConfig

@@ -58,7 +58,8 @@ _METHODS: dict[str, Entry] = {
     "vip_vsr": Entry("components.methods.composed:VIPVSR"),
     "rail": Entry("components.methods.rail:RAIL"),
     "pg_opd": Entry("components.methods.pg_opd:PGOPD"),
-    "opd": Entry("components.methods.pg_opd:OPD"),
+    # plain on-policy distillation: PG-OPD with every candidate decoded to full length
+    "opd": Entry("components.methods.pg_opd:PGOPD", MATH, {"prune": False}),
     # the graph difficulty estimator in place of each method's own estimate
     "vip_graph": Entry("components.methods.vip:VIP", MATH, {"difficulty": "graph"}),
     "vigor_graph": Entry("components.methods.vigor:VIGOR", MATH, {"difficulty": "graph"}),

@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from components.data.schema import Problem
-from components.methods.base import Group, Method, MethodConfig, RolloutContext
+from components.methods.base import Group, Method, RolloutContext
 from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator, posterior_variance
 
 
@@ -108,21 +108,15 @@ class VIGOR(Method):
         return out
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
-        items = ctx.prompt_items(batch)
-        merged: list[Group] = []
-        active = list(range(len(batch)))
         self.step = ctx.step
         prior = None if self.graph is None else self.graph.predict([p.uid for p in batch])
-        for t, (a, per) in enumerate(self.schedule(len(batch))):
-            if t > 0:
-                var = np.array([bernoulli_var(merged[i].rewards) if prior is None else
-                                posterior_variance(prior[i], merged[i].rewards, self.config.graph.own_evidence)
-                                for i in active])
-                tie = rng.random(len(active))
-                order = np.lexsort((tie, -self._score(var, [merged[i].rewards for i in active])))
-                active = sorted(active[j] for j in order[:a])
-            merge_round(merged, active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t), t)
-        return merged
+
+        def score(active: list[int], merged: list[Group]) -> np.ndarray:
+            var = np.array([bernoulli_var(merged[i].rewards) if prior is None else
+                            posterior_variance(prior[i], merged[i].rewards, self.config.graph.own_evidence)
+                            for i in active])
+            return self._score(var, [merged[i].rewards for i in active])
+        return progressive_rounds(ctx.prompt_items(batch), self.schedule(len(batch)), ctx, rng, score)
 
     def _score(self, var: np.ndarray, rewards: list) -> np.ndarray:
         """Higher is expanded first, ties at random: the variance, nothing (random), or the
@@ -152,19 +146,24 @@ class VIGOR(Method):
             self.graph.load_state_dict(state["graph"])
 
 
-def merge_round(merged: list[Group], active: Sequence[int], groups: Sequence[Group], t: int) -> None:
-    """Round ``t``'s groups (one per index in ``active``) into ``merged``: round 0 starts the
-    groups, a later round appends its samples to the prompt's group and records the round."""
-    for i, g in zip(active, groups):
-        if t == 0:
-            g.meta.update(rounds=1, round_of_sample=[0] * g.n)
-            merged.append(g)
-            continue
-        m = merged[i]
-        m.responses += g.responses
-        m.texts += g.texts
-        m.rewards += g.rewards
-        m.reasons += g.reasons
-        m.finish_reasons += g.finish_reasons
-        m.meta["rounds"] = t + 1
-        m.meta["round_of_sample"] += [t] * g.n
+def progressive_rounds(items: Sequence[tuple], schedule: Sequence[tuple[int, int]], ctx: RolloutContext,
+                       rng: np.random.Generator, score=None) -> list[Group]:
+    """VIGOR's rounds over any units (``sample_groups`` items): round t samples ``per`` more for
+    the top ``a`` units by ``score(active, merged)`` (default: the Bernoulli variance of their
+    samples so far), ties at random. One group per unit; a later round appends its samples and
+    records the round (``meta["rounds"]``, ``meta["round_of_sample"]``)."""
+    merged: list[Group] = []
+    active = list(range(len(items)))
+    for t, (a, per) in enumerate(schedule):
+        if t > 0:
+            s = np.array([bernoulli_var(merged[i].rewards) for i in active]) if score is None else score(active, merged)
+            order = np.lexsort((rng.random(len(active)), -s))
+            active = sorted(active[j] for j in order[:a])
+        for i, g in zip(active, ctx.sample_groups([items[i] for i in active], per, seed_offset=t)):
+            if t == 0:
+                g.meta.update(rounds=1, round_of_sample=[0] * g.n)
+                merged.append(g)
+            else:
+                merged[i].add_round(g, t)
+                merged[i].meta["rounds"] = t + 1
+    return merged

@@ -1,6 +1,6 @@
 """pretrain: the tiny base policy (a Qwen2ForCausalLM) trained from scratch, on every task,
 so that it solves short items often and long ones rarely -- the hard-prompt regime of the VSR
-paper. The task says on what (``Task.pretrain``): math on the expert traces of easy problems,
+paper. The task's data-stage part says on what (``pretrain``): math on the expert traces of easy problems,
 ending with the base pass rate per level; episodes by behaviour cloning of a noisy expert
 (``components.agentic.bc``) on the ``pretrain`` map seeds, ending with the base success rate on
 the first ``probe_seeds`` seeds of the train pool. Either writes ``base_rates.json``.
@@ -57,10 +57,10 @@ def run(params: Params, ctx: StageContext) -> dict:
     if params.model is not None:
         return _register_pretrained(params, ctx)
     from components.stages.common import set_threads
-    from components.trainer.task import task_class
+    from components.stages.task_parts import data_stages
 
     set_threads(params.threads)
-    return task_class(params.task).pretrain(params, ctx)
+    return data_stages(params.task).pretrain(params, ctx)
 
 
 def _register_pretrained(params: Params, ctx: StageContext) -> dict:
@@ -73,3 +73,17 @@ def _register_pretrained(params: Params, ctx: StageContext) -> dict:
     ctx.tracker.set_tags({"model.spec": params.model, "model.revision": str(ref["revision"])})
     weights = sum(f["size"] for n, f in ref["files"].items() if n.endswith((".safetensors", ".bin")))
     return {"pretrained": params.model, "revision": ref["revision"], "weight_bytes": weights}
+
+
+def train_base_policy(params: Params, ctx: StageContext, tok, examples) -> tuple[object, dict]:
+    """The tiny policy trained from scratch on ``examples`` (``params.policy``, the schedule) and
+    saved to ``ctx.out_dir / "model"``; it and the numbers of its training summary."""
+    from components.policy.model import TinyPolicyConfig, build_policy, save_policy
+    from components.policy.pretraining import pretrain_policy
+
+    model = build_policy(TinyPolicyConfig(**params.policy.model_dump()), tok, seed=params.seed)
+    info = pretrain_policy(model, tok, examples, steps=params.steps, batch_size=params.batch_size, lr=params.lr,
+                           warmup=params.warmup, seed=params.seed,
+                           log_fn=lambda s, m: ctx.tracker.log_metrics({f"pretrain/{k}": v for k, v in m.items()}, s))
+    save_policy(model, tok, ctx.out_dir / "model")
+    return model, {k: v for k, v in info.items() if isinstance(v, (int, float))}

@@ -1,4 +1,4 @@
-"""seed_prefixes: the expert traces of the training items, on every task (``Task.seed_prefixes``).
+"""seed_prefixes: the expert traces of the training items, on every task (the task's data-stage part).
 
 Episodes: the paper's agentic runs use no expert trajectories (the VSR buffer fills with the
 policy's own successes only), so ``traces.json`` is empty unless ``expert_episodes: true``: then
@@ -35,8 +35,8 @@ class Params(TaskParams):
 
 
 def run(params: Params, ctx: StageContext) -> dict:
-    from components.trainer.task import task_class
+    from components.stages.task_parts import data_stages
 
-    return task_class(params.task).seed_prefixes(params, ctx)
+    return data_stages(params.task).seed_prefixes(params, ctx)
 
 

@@ -1,11 +1,11 @@
-"""Each task's part of the data stages (prepare_data, filter_hard, evaluate), which its Task
-inherits (``components.trainer.task``).
+"""Each task's part of the data stages (prepare_data, pretrain, filter_hard, seed_prefixes,
+evaluate), which its Task inherits (``components.trainer.task``).
 
-``prepare_data(params, ctx)`` and ``filter_hard(params, ctx)`` write the stage's outputs;
-``evaluation(params, ctx)`` gives the sampler, the held-out items as (uid, item) and the samples
+``prepare_data``, ``pretrain``, ``filter_hard`` and ``seed_prefixes`` (``(params, ctx)``) write
+the stage's outputs; ``evaluation(params, ctx)`` gives the sampler, the held-out items as (uid, item) and the samples
 per item and sampling seed, whose ``eval_samples``, ``majority``, ``eval_fields``,
 ``EVAL_RECORDS`` and ``close`` the evaluate stage uses. Named here, apart from the tasks'
-table (``components.trainer.task.TASKS``), so that only these three stages' code fingerprints
+table (``components.trainer.task.TASKS``), so that only these stages' code fingerprints
 take in these parts, and none of them the trainer.
 """
 from __future__ import annotations

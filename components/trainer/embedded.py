@@ -29,7 +29,7 @@ from components.algos.losses import CLIP_RATIO_C, kl_penalty, pg_token_losses
 from components.data.prompting import encode_prompt
 from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
-from components.methods.base import Group, GradeFn, RolloutContext, advantage_terms
+from components.methods.base import GradeFn, RolloutContext, advantage_terms
 from components.methods.registry import build
 from components.trainer import checkpoint
 from components.trainer.loop import BEST_FILE, FitLoop

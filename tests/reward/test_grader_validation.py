@@ -1,24 +1,16 @@
 """The grader agrees with math-verify called as open-r1 calls it on generated variants of the
-shipped benchmark golds (bench/grader_validation.py; the full run's block is in docs/grading.md),
+shipped benchmark golds (tests/support/grader_validation.py; the full run's block is in docs/grading.md),
 every disagreement is one of the grader's named choices, and hedges are never rewarded.
 
 Every 16th gold of each benchmark (~120 golds, ~1200 responses) keeps the run short.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import grader_validation as gv
 import pytest
 
 from components.data.benchmarks import BENCHMARKS, load_benchmark
 from components.reward.grader import Grader
-
-_spec = importlib.util.spec_from_file_location(
-    "grader_validation", Path(__file__).resolve().parents[2] / "bench" / "grader_validation.py")
-gv = sys.modules.setdefault("grader_validation", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(gv)  # registered first: dataclasses look their module up
 
 
 @pytest.fixture(scope="module")

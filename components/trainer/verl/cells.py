@@ -48,12 +48,12 @@ def verl_form_refusal(method: str, method_config: dict | None = None) -> str | N
 def refusal_from_class(method: str) -> str | None:
     """The same answer for the method's default config, from its class (imports it: numpy,
     maybe torch)."""
-    from components.methods.registry import method_class
+    from components.methods.registry import entry, method_class
 
     cls = method_class(method)
     if cls.per_token_advantages and method not in VERL_TOKEN_METHODS:
         return _TOKEN_LOSS
-    c = cls.Config()
+    c = cls.Config(**entry(method).overrides)
     if getattr(c, "prune", False) and getattr(c, "overlap", None) == "topk":
         return _TOPK_PROBE
     return None

@@ -19,26 +19,23 @@ printed with its explanation (:data:`CHOICES`: the grader's deliberate rule that
 one that no rule explains is printed as UNEXPLAINED. ``intended`` is the share graded as the
 variant was built to be (correct forms correct, wrong and hedged answers wrong).
 
-    .venv/bin/python bench/grader_validation.py [--every 1] [--docs docs/grading.md] [--out misses.json]
+    .venv/bin/python tests/support/grader_validation.py [--every 1] [--docs docs/grading.md] [--out misses.json]
 
-``--docs`` rewrites the block between ``<!-- bench:grader_validation -->`` and
-``<!-- /bench:grader_validation -->`` in that file with the printed summary.
+``--docs`` rewrites the block between ``<!-- generated:grader_validation -->`` and
+``<!-- /generated:grader_validation -->`` in that file with the printed summary.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from components.data.benchmarks import split_math_spans, split_top_level, strip_math_delims  # noqa: E402
+from components.data.benchmarks import split_math_spans, split_top_level, strip_math_delims
 
 KINDS = ("self", "rewrite", "percent", "multi_box", "hedge", "neg_int", "neg_other")
 RAW_SPELLING = {"math500", "aime24", "aime25", "amc23", "gaokao2023en"}
@@ -47,7 +44,7 @@ _DEC = re.compile(r"^-?\d*\.\d+$")
 _NUM = re.compile(r"^-?(?:\d+(?:\.\d+)?|\\[dt]?frac\{\d+\}\{\d+\})$")
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
 _BRACKETED = re.compile(r"^[(\[].*[)\]]$")
-BLOCK = re.compile(r"(<!-- bench:grader_validation -->\n)(.*?)(<!-- /bench:grader_validation -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated:grader_validation -->\n)(.*?)(<!-- /generated:grader_validation -->)", re.S)
 
 
 @dataclass(frozen=True)
@@ -298,7 +295,8 @@ def report(s: dict, n_golds: int, benches: list[str]) -> str:
 def write_block(path: Path, body: str) -> None:
     text = path.read_text()
     if not BLOCK.search(text):
-        raise SystemExit(f"{path}: no <!-- bench:grader_validation --> ... <!-- /bench:grader_validation --> block")
+        raise SystemExit(f"{path}: no <!-- generated:grader_validation --> ... "
+                         "<!-- /generated:grader_validation --> block")
     path.write_text(BLOCK.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(3), text))
 
 
@@ -323,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     strings = [f"{b} `{p.answer}`" for b, ps in problems.items() for p in ps[::args.every] if not parses(p.answer)]
     body += (f"\n\nGolds that give math-verify's LaTeX extractor no expression, so that only their exact text "
              f"matches ({len(strings)} of {n_golds}): " + ("; ".join(strings) or "none") + ".")
-    cmd = "bench/grader_validation.py" + (f" --every {args.every}" if args.every != 1 else "") + (
+    cmd = "tests/support/grader_validation.py" + (f" --every {args.every}" if args.every != 1 else "") + (
         " --benchmarks " + " ".join(args.benchmarks) if args.benchmarks != list(BENCHMARKS) else "")
     body += f"\n\nPrinted by `.venv/bin/python {cmd}`.\n"
     print(body)

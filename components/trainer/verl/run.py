@@ -164,7 +164,8 @@ def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CP
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             os.environ.update(ray_start_windows())
         if os.environ.get("RAY_ADDRESS"):
-            # a running cluster declares its own resources (Ray refuses them on connect)
+            # a running cluster declares its own resources (Ray refuses them on connect); it must
+            # already hold the run's slots (the RayJob's cluster is fixed-size: no autoscaler)
             need = {"GPU": slots, "CPU": init.pop("num_cpus", None) or 0}
             init.pop("num_gpus", None), init.pop("include_dashboard", None)
             ray.init(**init)

@@ -143,7 +143,7 @@ def report() -> str:
         for r in comparison(sweep, compose):
             out.append(f"| {r['sweep']} | {r['model']} | {r['gpus']} | {r['knob']} | {r['ours']} | {r['example']} | "
                        f"`{r['script']}` | {r['why']} |")
-        for cell in verl_cells(sweep):
+        for cell in verl_cells(sweep, agentic=True):
             est = memory_of(cell)
             text = line(est) if est else f"{cell['model']}: no architecture facts"
             if (sweep.name, text) not in memory:

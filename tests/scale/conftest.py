@@ -90,8 +90,9 @@ def _free_port() -> int:
 
 
 # What `ray start --head --block` prints once its raylet has registered; and what it says when
-# the raylet missed Ray's start-up window (ray/_private/node.py), which a loaded 2-core machine
-# can cause (a start-up race, retried, never a test result; run.ray_start_windows widens them).
+# the raylet did not register in time (ray/_private/node.py), which a loaded 2-core machine
+# causes: the raylet aborts when an agent's port file is late (a start-up race, retried, never a
+# test result).
 RAY_READY = "Ray runtime started"
 RAY_SLOW = "timed out during startup"
 AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
@@ -106,12 +107,11 @@ def ray_head(scale_home):
     (``RAY_ADDRESS``) and leaving ends the job: Ray removes that job's actors and placement
     groups, so the next case gets the slots; the head's start-up and its start-up window are
     paid once."""
-    from components.trainer.verl.run import CPU_RAY_UNITS, ray_start_windows
+    from components.trainer.verl.run import CPU_RAY_UNITS
     from components.trainer.verl.sft import RAY_CPUS_PER_SLOT
 
     ray = Path(sys.executable).with_name("ray")
-    env = {**os.environ, **ray_start_windows(), "RAY_prestart_worker_first_driver": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_prestart_worker_first_driver": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     for attempt in range(3):
         port = _free_port()

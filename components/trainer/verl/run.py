@@ -15,14 +15,6 @@ from components.trainer.train_config import train_config_of
 CPU_RAY_UNITS = 8
 
 
-def ray_start_windows() -> dict[str, str]:
-    """Ray's wait for a starting node's raylet to register, widened (unless set): the GCS lookup
-    in ray/_private/node.py's start-up loop blocks up to ``raylet_start_wait_time_s``. On a CPU
-    machine loaded past its cores the default missed ("The current node timed out during
-    startup ... Try increase the RAY_raylet_start_wait_time_s config")."""
-    return {"RAY_raylet_start_wait_time_s": os.environ.get("RAY_raylet_start_wait_time_s", "600")}
-
-
 def model_path(model_input: Path) -> Path:
     """The HF directory verl loads: the embedded path's own resolver, so a registered base
     policy (``model_ref.json``: hub snapshot, local directory, GGUF export) is followed too."""
@@ -162,7 +154,6 @@ def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CP
             # Ray prestarts one idle Python worker per CPU unit for the first driver: on a
             # 2-core machine that is seconds of CPU each for processes nobody uses
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-            os.environ.update(ray_start_windows())
         if os.environ.get("RAY_ADDRESS"):
             # a running cluster declares its own resources (Ray refuses them on connect); it must
             # already hold the run's slots (the RayJob's cluster is fixed-size: no autoscaler)

@@ -51,9 +51,10 @@ $(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock pypro
 	$(SCALE_VENV)/bin/python -c "import vllm, verl, ray, mlflow, gguf, components; from vllm.platforms import current_platform as p; assert p.is_cpu() or p.is_cuda(), p"
 	rm -f $(SCALE_VENV)/.installed-* && touch $@
 
-# tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping)
+# tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping);
+# the verl cases join one Ray head for the session (RLVR_SCALE_SHARED_RAY, tests/scale/conftest.py)
 test-scale: $(SCALE_STAMP)
-	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
+	RLVR_REQUIRE_SCALE=1 RLVR_SCALE_SHARED_RAY=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 
 # the part of tests/scale that .ci/run can afford on 2 cores: vLLM against the transformers
 # engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0 and one SFT

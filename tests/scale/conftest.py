@@ -6,12 +6,18 @@ before any fixture is set up, with a reason naming the make target; ``make test-
 ``RLVR_REQUIRE_SCALE=1``, under which a missing environment fails the run instead (CI runs the
 scale subset that way). Session fixtures share the expensive parts: one RLVR_HOME for the
 session (so the lineage cache reuses a stage's output across tests), one short pretrain of
-the tiny policy, one SmolLM2 export.
+the tiny policy, one SmolLM2 export, and (``RLVR_SCALE_SHARED_RAY=1``) one Ray head that every
+verl case joins as a job of its own (``shared_ray``).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +82,87 @@ def tiny_pretrained(scale_home):
     pre = lineage.run_stage("pretrain", TINY_PRETRAIN, {"data": data["uri"]}, sweep="scale")
     return data, pre
 
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# What `ray start --head --block` prints once its raylet has registered; and what it says when
+# the raylet did not register in time (ray/_private/node.py), which a loaded 2-core machine
+# causes: the raylet aborts when an agent's port file is late (a start-up race, retried, never a
+# test result).
+RAY_READY = "Ray runtime started"
+RAY_SLOW = "timed out during startup"
+AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+               "metrics-export-port", "ray-client-server-port")
+
+
+@pytest.fixture(scope="session")
+def ray_head(scale_home):
+    """One Ray head (GCS, raylet) for the session, in a process group of its own, with the
+    resources every verl case declares (``run.ray_session``: the PPO pool's CPU units, the SFT
+    pool's, one worker slot as a GPU); its address. Each verl case joins it as a job
+    (``RAY_ADDRESS``) and leaving ends the job: Ray removes that job's actors and placement
+    groups, so the next case gets the slots; the head's start-up and its start-up window are
+    paid once."""
+    from components.trainer.verl.run import CPU_RAY_UNITS
+    from components.trainer.verl.sft import RAY_CPUS_PER_SLOT
+
+    ray = Path(sys.executable).with_name("ray")
+    env = {**os.environ, "RAY_prestart_worker_first_driver": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    for attempt in range(3):
+        port = _free_port()
+        log = scale_home / f"ray-head-{attempt}.log"
+        cmd = [str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+               f"--num-cpus={max(CPU_RAY_UNITS, RAY_CPUS_PER_SLOT)}", "--num-gpus=1", "--include-dashboard=false",
+               "--disable-usage-stats"]
+        # fixed agent ports: with port 0 the raylet also waits (a fixed 30 s, node_manager.cc)
+        # for the metrics agent to write its port to a file, which a slow agent start missed
+        cmd += [f"--{name}={_free_port()}" for name in AGENT_PORTS]
+        with log.open("w") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and RAY_READY not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(1)
+        if proc.poll() is None and RAY_READY in log.read_text():
+            break
+        _stop(proc)
+        if RAY_SLOW not in log.read_text():
+            raise RuntimeError(f"ray start --head failed; {log}:\n{log.read_text()[-3000:]}")
+    else:
+        raise RuntimeError(f"ray start --head missed Ray's start-up window 3 times; {log}:\n{log.read_text()[-3000:]}")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM: `ray start --block` then stops the processes it started; SIGKILL to its process
+    group for anything left."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture
+def shared_ray(request, monkeypatch):
+    """With ``RLVR_SCALE_SHARED_RAY=1`` (``make test-scale``), the test's verl runs join the
+    session's Ray head (``run.ray_session`` with ``RAY_ADDRESS``); otherwise each run starts a
+    Ray of its own, as a pod does (``make test-scale-ci``: two cases, nothing to share)."""
+    if os.environ.get("RLVR_SCALE_SHARED_RAY") != "1":
+        return None
+    head = request.getfixturevalue("ray_head")
+    monkeypatch.setenv("RAY_ADDRESS", head)
+    return head

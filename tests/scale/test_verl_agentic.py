@@ -59,7 +59,7 @@ def assert_episode_learning_signal(rows: list[dict], what: str) -> list[float]:
 
 
 @pytest.mark.parametrize(("method", "method_config"), registry_cases("agentic", CONFIGS))
-def test_agentic_three_updates_on_verl(agentic_inputs, method, method_config):
+def test_agentic_three_updates_on_verl(agentic_inputs, method, method_config, shared_ray):
     import mlflow
 
     from components import lineage

@@ -7,8 +7,10 @@ accounting; SFT through verl's SFT trainer (components/trainer/verl/sft.py); che
 the stage's work dir, metrics in the stage's MLflow run. Then a stage process killed with
 SIGKILL mid-run (GRPO, SFT), and the rerun resuming from verl's checkpoint.
 
-Each case starts its own Ray and workers: verl's workers keep their resource-pool slots until
-Ray shuts down (``run.ray_session``), so a second trainer in one Ray waits for them."""
+Under ``make test-scale`` the 3-update cases join one Ray head for the session (conftest
+``shared_ray``), each as a job of its own: verl's workers keep their resource-pool slots until
+their job ends (``run.ray_session``), so each case leaves the head as it found it; elsewhere, and
+in the kill tests, each run starts a Ray of its own in the stage process, as a pod does."""
 from __future__ import annotations
 
 import json
@@ -114,7 +116,7 @@ def check_sft_run(rows: list[dict], summary: dict, train_inputs: dict) -> list[f
 
 
 @pytest.mark.parametrize(("method", "method_config"), registry_cases("math", CONFIGS))
-def test_three_updates_on_verl(train_inputs, method, method_config, request):
+def test_three_updates_on_verl(train_inputs, method, method_config, request, shared_ray):
     import mlflow
 
     from components import lineage

@@ -1,4 +1,4 @@
-"""The verl backend without Ray workers: config composition, Groups <-> DataProto,
+"""The verl backend without Ray workers: config composition, Groups -> DataProto,
 verl's uid-grouped advantages against ours, the DataProto rollout engine, the train stage's
 backend switch and cache keys, the CLI, and the GPU smoke script's syntax and modules."""
 from __future__ import annotations
@@ -116,8 +116,8 @@ def _groups(rng, sizes=(4, 1, 3, 5), pad_free=True):
     return groups
 
 
-def test_groups_to_dataproto_layout_and_round_trip():
-    from components.trainer.verl.dataproto import dataproto_to_groups, groups_to_dataproto
+def test_groups_to_dataproto_layout():
+    from components.trainer.verl.dataproto import groups_to_dataproto
 
     groups = _groups(np.random.default_rng(0))
     d = groups_to_dataproto(groups, pad_id=0, response_length=10)
@@ -132,9 +132,7 @@ def test_groups_to_dataproto_layout_and_round_trip():
         scores = d.batch["token_level_scores"][i]
         assert scores[len(resp) - 1] == reward and scores.sum() == reward
         assert d.non_tensor_batch["uid"][i] == g.uid
-    back = dataproto_to_groups(d)
-    assert [(g.uid, g.context_ids, g.prompt_len, g.responses, g.rewards) for g in back] == \
-           [(g.uid, g.context_ids, g.prompt_len, g.responses, g.rewards) for g in groups]
+        assert d.non_tensor_batch["prompt_len"][i] == g.prompt_len
     with pytest.raises(ValueError, match="response_length 3"):
         groups_to_dataproto(groups, pad_id=0, response_length=3)
 

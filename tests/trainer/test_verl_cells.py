@@ -59,6 +59,25 @@ def test_cell_that_cannot_fit_its_gpus_is_refused():
     parse_sweep(d, "vsr.yaml")                    # offloading the resident actor makes room
 
 
+def test_agentic_cells_are_checked_at_their_episode_length():
+    """An agentic verl cell's sequence is its row: one turn (``layout: turns``), or the prompt and
+    the whole episode (``serialized``); a KL loss set through verl_overrides counts the reference."""
+    d = _data("vsr_agentic")
+    est = memory_of(verl_cells(parse_sweep(d, "agentic.yaml"), agentic=True)[0])
+    train = d["stages"]["train"]
+    assert est["seq_tokens"] == d["max_prompt_tokens"] + train["max_episode_tokens"] and est["gib"]["ref"] > 0
+    assert not verl_cells(parse_sweep(d, "agentic.yaml"))            # the math-only list (GPU settings)
+    train["micro_batch"] = 32
+    with pytest.raises(SweepError) as e:
+        parse_sweep(d, "agentic.yaml")
+    assert str(e.value).startswith("agentic.yaml: stages.train.micro_batch: cell qwen2.5-1.5b-instruct-grpo-s0 "
+                                   "(backend verl) cannot fit its GPUs: update needs ")
+    train["layout"] = "turns"                   # one turn a row: max_prompt_length + max_new_tokens
+    turns = memory_of(verl_cells(parse_sweep({**d, "stages": {**d["stages"], "train": {**train, "micro_batch": 2}}},
+                                             "agentic.yaml"), agentic=True)[0])
+    assert turns["seq_tokens"] == d["max_prompt_tokens"] + d["max_response_tokens"]
+
+
 def test_memory_arithmetic_scales_as_it_should():
     p = {"n_gpus_per_node": 8, "micro_batch": 4, "max_prompt_length": 1024, "max_new_tokens": 1024,
          "gpu_memory_utilization": 0.5}

@@ -3,7 +3,7 @@
 hydra_config.py  our train params -> verl's composed Hydra config
 rollout.py  RolloutEngine over verl's generate_sequences (DataProto in/out)
 agent_loop.py  the token-id agent loop verl's rollout workers run for it
-dataproto.py  Groups <-> DataProto, verl core_algos advantages with uid grouping
+dataproto.py  Groups -> DataProto, verl core_algos advantages with uid grouping
 trainer.py  RayPPOTrainer subclass running the shared loop (components/trainer/loop.py)
 run.py      one run (stage backend: verl; ``rlvr train-verl`` on the command line)
 sft.py      SFT on verl's Ray SFT trainer (the embedded SFT's rows and batches)

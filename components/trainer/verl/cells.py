@@ -67,12 +67,13 @@ def _where(sweep, method: str, key: str, model: str | None = None) -> str:
     return f"stages.train.{key}"
 
 
-def verl_cells(sweep) -> list[dict[str, Any]]:
-    """The grid cells whose train stage runs the math task on verl, with their merged params."""
+def verl_cells(sweep, agentic: bool = False) -> list[dict[str, Any]]:
+    """The grid cells whose train stage runs on verl, with their merged params: the math task's,
+    and with ``agentic`` the episode task's too (the memory check covers both)."""
     out = []
     for cell in sweep.grid():
         params = sweep.train_params(cell["method"], cell["seed"], cell["model"])
-        if params.get("backend") == "verl" and sweep.task_of(cell["method"]) is None:
+        if params.get("backend") == "verl" and (agentic or sweep.task_of(cell["method"]) is None):
             out.append({**cell, "params": params})
     return out
 
@@ -85,7 +86,7 @@ def memory_of(cell: dict[str, Any]) -> dict[str, Any] | None:
 def check(sweep) -> None:
     """Raise ``FieldError`` (one line: field, method, backend, reason) for the first bad cell."""
     seen = set()
-    for cell in verl_cells(sweep):
+    for cell in verl_cells(sweep, agentic=True):
         m = cell["method"]
         if m not in seen:
             seen.add(m)
@@ -107,7 +108,7 @@ def memory_report(sweep) -> dict[str, Any]:
     from components.trainer.verl.memory import line
 
     cells, lines = {}, []
-    for cell in verl_cells(sweep):
+    for cell in verl_cells(sweep, agentic=True):
         est = memory_of(cell)
         cells[cell["key"]] = est
         lines.append(f"{cell['key']}: " + (line(est) if est else f"{cell['model']}: no architecture facts "

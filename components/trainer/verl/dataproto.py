@@ -1,4 +1,4 @@
-"""Groups <-> verl ``DataProto``, and the advantages verl computes on it.
+"""Groups -> verl ``DataProto``, and the advantages verl computes on it.
 
 verl's batch layout (``ray_trainer.fit``, the agent loop's ``_postprocess``): ``prompts``
 left-padded to P, ``responses`` right-padded to R, ``input_ids = prompts ++ responses``,
@@ -62,29 +62,6 @@ def groups_to_dataproto(groups: Sequence[Group], pad_id: int, response_length: i
         "prompt_len": np.array([g.prompt_len for g, _, _ in rows], dtype=np.int64),
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensor)
-
-
-def dataproto_to_groups(data) -> list[Group]:
-    """The inverse of ``groups_to_dataproto`` (rows of one uid, in order, form a group).
-    Texts and answers are not in a DataProto, so they come back empty."""
-    att = data.batch["attention_mask"]
-    P = data.batch["prompts"].shape[1]
-    out: dict[str, Group] = {}
-    for i in range(len(data)):
-        uid = str(data.non_tensor_batch["uid"][i])
-        ctx = tuple(data.batch["prompts"][i][att[i, :P].bool()].tolist())
-        resp = tuple(data.batch["responses"][i][data.batch["response_mask"][i].bool()].tolist())
-        reward = float(data.batch["token_level_scores"][i].sum())
-        g = out.get(uid)
-        if g is None:
-            g = out[uid] = Group(uid=uid, problem_uid=str(data.non_tensor_batch["problem_uid"][i]), answer="",
-                                 context_ids=ctx, prompt_len=int(data.non_tensor_batch["prompt_len"][i]),
-                                 responses=[], texts=[], rewards=[])
-        elif g.context_ids != ctx:
-            raise ValueError(f"dataproto_to_groups: uid {uid} has rows with different contexts")
-        g.responses.append(resp)
-        g.rewards.append(reward)
-    return list(out.values())
 
 
 def verl_advantages(data, estimator: str) -> torch.Tensor:

@@ -94,14 +94,12 @@ def rendered(sweep, cell: dict[str, Any], compose: Callable):
     """verl's composed config of one cell as its GPU pod gets it (no CPU overrides)."""
     from components.stages.train import Params
     from components.trainer.train_config import train_config_of
-    from components.trainer.verl.hydra_config import overrides, samples_per_prompt
+    from components.trainer.verl.hydra_config import samples_per_prompt, stage_overrides
 
     p = Params(**cell["params"])
     cfg = train_config_of(p)
-    return compose(overrides(cfg, model_path=f"/models/{cell['model']}", work_dir="/rlvr/work", n=samples_per_prompt(cfg),
-                             project=sweep.name, experiment=cell["key"], n_gpus_per_node=p.n_gpus_per_node,
-                             nnodes=p.nnodes, max_prompt_length=p.max_prompt_length, rollout_tp=p.rollout_tp,
-                             gpu_memory_utilization=p.gpu_memory_utilization, extra=p.verl_overrides))
+    return compose(stage_overrides(cfg, p, model_dir=f"/models/{cell['model']}", work_dir="/rlvr/work",
+                                   n=samples_per_prompt(cfg), sweep=sweep.name, experiment=cell["key"], gpu=True))
 
 
 def comparison(sweep, compose: Callable) -> list[dict[str, Any]]:
@@ -145,7 +143,7 @@ def report() -> str:
         for r in comparison(sweep, compose):
             out.append(f"| {r['sweep']} | {r['model']} | {r['gpus']} | {r['knob']} | {r['ours']} | {r['example']} | "
                        f"`{r['script']}` | {r['why']} |")
-        for cell in verl_cells(sweep):
+        for cell in verl_cells(sweep, agentic=True):
             est = memory_of(cell)
             text = line(est) if est else f"{cell['model']}: no architecture facts"
             if (sweep.name, text) not in memory:

@@ -178,22 +178,28 @@ def compose(override_list: Sequence[str], config_name: str = "ppo_trainer"):
         return hydra_compose(config_name=config_name, overrides=list(override_list))
 
 
-def stage_config(cfg: TrainConfig, params: Any, *, model_dir: str | Path, work_dir: str | Path, n: int,
-                 sweep: str, experiment: str, extra: Sequence[str] = ()):
-    """The resolved verl config of one train stage call (math or agentic): the train config's
-    mapping, the stage's cluster fields (``n_gpus_per_node``, ``nnodes``, ``max_prompt_length``,
-    ``rollout_tp``, ``gpu_memory_utilization``), the CPU defaults where there is no GPU, then
-    ``extra`` (the caller's own keys), then the sweep's ``verl_overrides``: last, so a sweep can
-    undo any default."""
-    import torch
+def stage_overrides(cfg: TrainConfig, params: Any, *, model_dir: str | Path, work_dir: str | Path, n: int,
+                    sweep: str, experiment: str, extra: Sequence[str] = (), gpu: bool | None = None) -> list[str]:
+    """The overrides of one train stage call (math or agentic): the train config's mapping, the
+    stage's cluster fields (``n_gpus_per_node``, ``nnodes``, ``max_prompt_length``,
+    ``rollout_tp``, ``gpu_memory_utilization``), the CPU defaults where there is no GPU (``gpu``:
+    default, whether this machine has one), then ``extra`` (the caller's own keys), then the
+    sweep's ``verl_overrides``: last, so a sweep can undo any default."""
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    return overrides(cfg, model_path=model_dir, work_dir=work_dir, n=n, project=sweep or "rlvr", experiment=experiment,
+                     n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
+                     max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
+                     gpu_memory_utilization=params.gpu_memory_utilization,
+                     extra=(() if gpu else CPU_OVERRIDES) + tuple(extra) + tuple(params.verl_overrides))
+
+
+def stage_config(cfg: TrainConfig, params: Any, **kw):
+    """The resolved verl config of one train stage call (``stage_overrides``' keywords)."""
     from omegaconf import OmegaConf
 
-    cpu = () if torch.cuda.is_available() else CPU_OVERRIDES
-    ov = overrides(cfg, model_path=model_dir, work_dir=work_dir, n=n, project=sweep or "rlvr", experiment=experiment,
-                   n_gpus_per_node=params.n_gpus_per_node, nnodes=params.nnodes,
-                   max_prompt_length=params.max_prompt_length, rollout_tp=params.rollout_tp,
-                   gpu_memory_utilization=params.gpu_memory_utilization,
-                   extra=cpu + tuple(extra) + tuple(params.verl_overrides))
-    config = compose(ov)
+    config = compose(stage_overrides(cfg, params, **kw))
     OmegaConf.resolve(config)
     return config

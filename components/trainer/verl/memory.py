@@ -5,13 +5,15 @@ k8s dry run prints it. The model is verl's hybrid engine with FSDP over ``N = n_
 nnodes`` GPUs and a colocated vLLM rollout of tensor-parallel size ``tp``:
 
 * actor states (FSDP, sharded over N): fp32 parameters 4 B, fp32 gradients 4 B, AdamW's two fp32
-  moments 8 B a parameter; the reference policy (only with a KL term) bf16, 2 B a parameter.
+  moments 8 B a parameter; the reference policy (only with a KL term: ``kl_coef > 0`` or verl's
+  ``use_kl_loss`` set in ``verl_overrides``) bf16, 2 B a parameter.
 * rollout phase: vLLM claims ``gpu_memory_utilization x G`` at start-up beside what the actor
   keeps resident (parameters unless ``param_offload``, optimizer unless ``optimizer_offload``,
   the reference unless its ``param_offload``; gradients are freed after each update). Inside its
   share: bf16 weights ``2P / tp`` and the KV cache, ``2 x layers x kv_heads x head_dim x 2 B`` a
   token (split over tp); a cell must hold at least one sequence of ``max_prompt_length +
-  max_new_tokens`` tokens.
+  max_new_tokens`` tokens (an agentic cell's ``layout: serialized`` row: ``max_prompt_length +
+  max_episode_tokens``, the whole episode one response).
 * update phase (vLLM asleep: its weights and KV cache released): actor states + the reference +
   activations of one micro-batch: with gradient checkpointing one bf16 hidden state a layer a
   token plus one layer recomputed; without it every layer's (``8h + 4 x intermediate``) bf16
@@ -96,6 +98,7 @@ VERL_DEFAULTS: dict[str, Any] = {
     "actor_rollout_ref.ref.fsdp_config.param_offload": False,
     "actor_rollout_ref.actor.use_dynamic_bsz": False,
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16384,
+    "actor_rollout_ref.actor.use_kl_loss": False,
     "actor_rollout_ref.model.enable_gradient_checkpointing": True,
 }
 
@@ -130,10 +133,13 @@ def estimate(model: str, params: dict[str, Any], gpu_memory_gib: float) -> dict[
     n = int(params.get("n_gpus_per_node", 1)) * int(params.get("nnodes", 1))
     tp = int(params.get("rollout_tp", 1))
     util = float(params.get("gpu_memory_utilization", 0.5))
-    seq = int(params.get("max_prompt_length", 512)) + int(params.get("max_new_tokens", 128))
+    # the train stage's defaults: layout turns, max_episode_tokens 4096, max_new_tokens 128
+    serialized = params.get("task") == "agentic" and params.get("layout", "turns") == "serialized"
+    response = params.get("max_episode_tokens", 4096) if serialized else params.get("max_new_tokens", 128)
+    seq = int(params.get("max_prompt_length", 512)) + int(response)
     micro = int(params.get("micro_batch", 1))
     p = a.params()
-    use_ref = float(params.get("kl_coef", 0.0)) > 0
+    use_ref = float(params.get("kl_coef") or 0.0) > 0 or bool(k["actor_rollout_ref.actor.use_kl_loss"])
     g = float(gpu_memory_gib)
     gib = lambda b: b / GIB  # noqa: E731
 

@@ -128,8 +128,10 @@ def cpu_platform_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CPU_RAY_UNITS) -> Iterator[None]:
-    """Ray for one run, started (and shut down) here unless the process already has one.
-    ``cpu_units``: the Ray CPUs a CPU run declares (scheduling units, see below)."""
+    """Ray for one run: a Ray of its own, started (and shut down) here, or, with ``RAY_ADDRESS``
+    set, a running cluster joined as one job (a KubeRay RayJob's head; the scale tests' one head
+    per session); the process's own Ray when it already has one. ``cpu_units``: the Ray CPUs a
+    CPU run declares (scheduling units, see below)."""
     import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
@@ -140,10 +142,11 @@ def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CP
         ray_init = OmegaConf.select(config, "ray_kwargs.ray_init", default=None) or {}
         env = OmegaConf.merge(get_ppo_ray_runtime_env(config), ray_init.get("runtime_env", {}))
         init = {"runtime_env": OmegaConf.to_container(env), "num_cpus": ray_init.get("num_cpus")}
+        slots = params.n_gpus_per_node * params.nnodes
         if on_cpu:
             # one worker slot per "GPU" of verl's resource pool (see cpu_platform's docstring)
             init["runtime_env"].setdefault("env_vars", {}).update(on_cpu)
-            init["num_gpus"] = params.n_gpus_per_node * params.nnodes
+            init["num_gpus"] = slots
             # Ray CPUs are scheduling units here, not cores: verl's PPO pool reserves 3 per
             # worker slot, its agent-loop, reward and vLLM-server actors one each
             init["num_cpus"] = max(init["num_cpus"] or 0, cpu_units)
@@ -151,13 +154,27 @@ def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CP
             # Ray prestarts one idle Python worker per CPU unit for the first driver: on a
             # 2-core machine that is seconds of CPU each for processes nobody uses
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-        ray.init(**init)
+        if os.environ.get("RAY_ADDRESS"):
+            # a running cluster declares its own resources (Ray refuses them on connect); it must
+            # already hold the run's slots (the RayJob's cluster is fixed-size: no autoscaler)
+            need = {"GPU": slots, "CPU": init.pop("num_cpus", None) or 0}
+            init.pop("num_gpus", None), init.pop("include_dashboard", None)
+            ray.init(**init)
+            have = ray.cluster_resources()
+            short = [f"{k} {have.get(k, 0):g} < {v:g}" for k, v in need.items() if have.get(k, 0) < v]
+            if short:
+                ray.shutdown()
+                raise RuntimeError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: the cluster has too few resources "
+                                   f"for this run ({', '.join(short)}; GPU = worker slots, n_gpus_per_node x nnodes)")
+        else:
+            ray.init(**init)
     try:
         yield
     finally:
         if started_ray:
             # the workers hold the run's slots: a later run in this process (a retried task, the
-            # next stage of a test session) would wait for them forever
+            # next stage of a test session) would wait for them forever. On a joined cluster this
+            # ends the run's job, and Ray removes its actors and placement groups with it.
             ray.shutdown()
 
 

@@ -51,22 +51,23 @@ $(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock pypro
 	$(SCALE_VENV)/bin/python -c "import vllm, verl, ray, mlflow, gguf, components; from vllm.platforms import current_platform as p; assert p.is_cpu() or p.is_cuda(), p"
 	rm -f $(SCALE_VENV)/.installed-* && touch $@
 
-# tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping);
-# the verl cases join one Ray head for the session (RLVR_SCALE_SHARED_RAY, tests/scale/conftest.py)
+# tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping).
+# Each verl case starts its own Ray; `RLVR_SCALE_SHARED_RAY=1 make test-scale` has them join one
+# head for the session instead (tests/scale/conftest.py), a path that has not yet come up on this
+# machine (docs/not-exercised.md), so it is not the default.
 test-scale: $(SCALE_STAMP)
-	RLVR_REQUIRE_SCALE=1 RLVR_SCALE_SHARED_RAY=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
+	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 
-# the part of tests/scale that .ci/run can afford on 2 cores: vLLM against the transformers
-# engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0 and one SFT
-# run on verl's SFT trainer, each killed with SIGKILL after its first checkpoint and resumed
-# (two verl start-ups each); VSR's replay on verl (one start-up); the strict xfail of PG-OPD's
-# top-k probe, which has no verl form (refused before Ray starts: seconds, after the teacher's
-# short pretrain). Every other registered method on verl (RL-ZVP's token advantages, OPD and
-# PG-OPD's sampled probe among them), the agentic verl cases and SmolLM2 (its GGUF export and a
-# verl run of its own) stay in `make test-scale`.
+# the part of tests/scale that .ci/run can afford on 2 cores within its time: vLLM against the
+# transformers engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0
+# killed with SIGKILL after its first checkpoint and resumed (two verl start-ups); VSR's replay
+# on verl (one start-up). Every other case stays in `make test-scale`: each other registered
+# method on verl (RL-ZVP's token advantages, OPD and PG-OPD's sampled probe among them), SFT's
+# kill-and-resume on verl's SFT trainer, the strict xfail of PG-OPD's top-k probe, the agentic
+# verl cases and SmolLM2 (its GGUF export and a verl run of its own).
 VERL_CASE := tests/scale/test_verl_cpu.py::test_three_updates_on_verl
-SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint \
-    $(VERL_CASE)[vsr] tests/scale/test_verl_cpu.py::test_pg_opd_topk_probe_on_verl
+SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py \
+    tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint[grpo] $(VERL_CASE)[vsr]
 .PHONY: test-scale-ci
 test-scale-ci: $(SCALE_STAMP)
 	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale --durations=10 $(SCALE_CI_TESTS)

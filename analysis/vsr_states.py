@@ -195,6 +195,30 @@ def report(curve: dict | None, checks: dict | None) -> str:
     return "\n".join(lines)
 
 
+def measure(model: Path, hard: Path, split: str = "train", max_problems: int | None = None, n_curve: int = 8,
+            n_prefix: int = 16, max_new_tokens: int = 128, temperature: float = 1.0, seed: int = 0,
+            only: str | None = None) -> tuple[dict | None, dict | None]:
+    """(Figure 7 curve, D.5 checks) of the policy in ``model`` (a pretrain or train artifact) on
+    the ``split`` of the hard subset in ``hard`` (a filter_hard artifact)."""
+    from components.data.prompting import encode_prompt
+    from components.data.schema import read_problems
+    from components.engine.base import SamplingParams, TokenMeter
+    from components.methods.base import RolloutContext
+    from components.stages.common import grade_fn, open_engine
+
+    problems = read_problems(hard / f"{split}.jsonl")[:max_problems]
+    engine, tok = open_engine(model, TokenMeter(stage="analysis", label="vsr_states"))
+    grade = grade_fn()
+    ctx = RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: encode_prompt(p, tok),
+                         sampling=SamplingParams(temperature, 1.0, max_new_tokens, seed=seed))
+    try:
+        curve = truncation_curve(ctx, problems, n_curve) if only in (None, "curve") else None
+        checks = prefix_checks(ctx, problems, n_prefix) if only in (None, "prefixes") else None
+    finally:
+        grade.grader.close()
+    return curve, checks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="a pretrain or train stage artifact")
@@ -210,22 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    from components.data.prompting import encode_prompt
-    from components.data.schema import read_problems
-    from components.engine.base import SamplingParams, TokenMeter
-    from components.methods.base import RolloutContext
-    from components.stages.common import grade_fn, open_engine
-
-    problems = read_problems(args.hard / f"{args.split}.jsonl")[: args.max_problems]
-    engine, tok = open_engine(args.model, TokenMeter(stage="analysis", label="vsr_states"))
-    grade = grade_fn()
-    ctx = RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: encode_prompt(p, tok),
-                         sampling=SamplingParams(args.temperature, 1.0, args.max_new_tokens, seed=args.seed))
-    try:
-        curve = truncation_curve(ctx, problems, args.n_curve) if args.only in (None, "curve") else None
-        checks = prefix_checks(ctx, problems, args.n_prefix) if args.only in (None, "prefixes") else None
-    finally:
-        grade.grader.close()
+    curve, checks = measure(args.model, args.hard, args.split, args.max_problems, args.n_curve, args.n_prefix,
+                            args.max_new_tokens, args.temperature, args.seed, args.only)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "vsr_states.json").write_text(json.dumps({"curve": curve, "checks": checks, "paper": PAPER}, indent=1))
     text = report(curve, checks)

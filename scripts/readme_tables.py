@@ -169,10 +169,10 @@ def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
         run = tracking.latest_tables_run(name)
     except LookupError as e:
         raise LookupError(f"{e} (run: rlvr sweep dags/sweeps/{name}.yaml)") from None
-    c, out = lineage.client(), Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
+    out = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
 
     def read(f: str) -> bytes:
-        p = out / f if (out / f).is_file() else Path(c.download_artifacts(run.info.run_id, f))
+        p = out / f if (out / f).is_file() else Path(lineage.client().download_artifacts(run.info.run_id, f))
         return p.read_bytes()
 
     try:

@@ -52,6 +52,10 @@ def _row(analysis: str, quantity: str, paper: Any, source: str, measured: Any, o
             "measured": measured, "measured on": on}
 
 
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}" + ("" if k == 1 else "s")
+
+
 def _fmt(x) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
@@ -124,8 +128,9 @@ def invalid_rollouts(inp: Inputs, out: Path, s: dict) -> Section:
     path = out / "analysis_invalid_rollouts.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    rows = [_row("invalid_rollouts", f"invalid share per update, {r['method']} (%)", r["paper %"], r["paper source"],
-                 round(float(r["invalid % (all)"]), 1), f"{r['seeds']} seeds x {r['updates']} updates")
+    rows = [_row("invalid_rollouts", f"invalid share per update, {r['method']} (%)",
+                 "-" if pd.isna(r["paper %"]) else r["paper %"], r["paper source"],
+                 round(float(r["invalid % (all)"]), 1), f"{_n(r['seeds'], 'seed')} x {r['updates']} updates")
             for r in df.to_dict("records")]
     md = ("### VIGOR Figure 9 (left), Appendix B: invalid (zero-variance) groups per update\n\n"
           + df.to_markdown(index=False, floatfmt=".1f") + "\n\nA share of groups (each prompt once), the paper's is "
@@ -172,9 +177,10 @@ def vigor_selection(inp: Inputs, out: Path, s: dict) -> Section:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     src = "VIGOR Section 5.3, Figure 5 (left), Qwen2.5-3B"
-    rows = [_row("vigor_selection", f"accuracy, {r['selection']} vs variance", "variance-based best (curves only, "
-                 "no numbers)", src, r["Δ vs variance [95% CI]"] or r["mean@k [95% CI]"],
-                 f"{r['seeds']} seeds, {r['problems']} problems") for r in rows_t]
+    rows = [_row("vigor_selection", f"accuracy, {r['selection']}" + (" - variance" if r["method"] != "vigor" else ""),
+                 "variance-based best (curves only, no numbers)", src,
+                 r["Δ vs variance [95% CI]"] if r["method"] != "vigor" else r["mean@k [95% CI]"],
+                 f"{_n(r['seeds'], 'seed')}, {r['problems']} problems") for r in rows_t]
     md = ("### VIGOR Section 5.3: variance-based vs random vs difficulty-based selection\n\n"
           + table.to_markdown(index=False, floatfmt=".3g") + "\n\nSame rounds and budget for the three rules; "
           "'rollouts per update' shows the budget each spent. Δ: paired over seeds and problems.\n")

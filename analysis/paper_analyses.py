@@ -120,7 +120,7 @@ def invalid_rollouts(inp: Inputs, out: Path, s: dict) -> Section:
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for i, (m, g) in enumerate(steps.groupby("method", sort=True)):
         mean = g.groupby("step")["invalid_share"].mean()
-        ax.plot(mean.index, mean.values, color=f"C{i}", label=f"{m} (mean over {g['seed'].nunique()} seeds)")
+        ax.plot(mean.index, mean.values, color=f"C{i}", label=f"{m} (mean over {_n(g['seed'].nunique(), 'seed')})")
     ax.axhline(ir.PAPER["vigor"][0], ls=":", color="grey", label="paper: VIGOR, ~20 %")
     ax.set(xlabel="update", ylabel="invalid groups (%)", title="Zero-variance groups per update", ylim=(0, 100))
     ax.legend(fontsize=7)

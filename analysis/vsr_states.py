@@ -43,6 +43,10 @@ PAPER = {   # seed 000 (VSR), Appendix D.5 and Figure 7, Qwen2.5-7B-Instruct
 }
 
 
+class TooFewMixed(ValueError):
+    """The policy's first groups are too rarely mixed for the sigma-hat validation."""
+
+
 # ------------------------------------------------------------------ statistics
 def _rank(x: np.ndarray) -> np.ndarray:
     """Ranks with ties averaged (Spearman's convention)."""
@@ -129,7 +133,7 @@ def prefix_checks(ctx, problems, n: int = 16, positions: Sequence[float] = POSIT
     first = ctx.sample_groups(ctx.prompt_items(problems), n, purpose="probe")
     mixed = [(p, g) for p, g in zip(problems, first) if g.mixed]
     if len(mixed) < 3:
-        raise ValueError(f"vsr_states: {len(mixed)} of {len(problems)} problems have a mixed first group of {n} "
+        raise TooFewMixed(f"vsr_states: {len(mixed)} of {len(problems)} problems have a mixed first group of {n} "
                          "samples; the sigma-hat validation needs at least 3 (use a policy that solves some)")
     out = {"problems": len(problems), "mixed": len(mixed)}
     rows = {}
@@ -174,7 +178,9 @@ def report(curve: dict | None, checks: dict | None) -> str:
                   for a, m, lo, hi in zip(curve["alphas"], curve["mean"], curve["q25"], curve["q75"])]
         lines += ["", f"Line through the means: {curve['slope']:.3f} x alpha + {curve['intercept']:.3f}, "
                   f"R^2 {_f(curve['r2'])}, largest residual {curve['max_residual']:.3f}. Paper: {PAPER['figure7']}.", ""]
-    if checks:
+    if checks and "not_computed" in checks:
+        lines += ["### Appendix D.5: not computed on this policy", "", checks["not_computed"], ""]
+    elif checks:
         pos = " / ".join(f"{p:.0%}" for p in checks["positions"])
         lines += [f"### Appendix D.5: sigma-hat against the empirical continuation spread "
                   f"({checks['mixed']} of {checks['problems']} problems with a mixed first group)", "",
@@ -195,6 +201,36 @@ def report(curve: dict | None, checks: dict | None) -> str:
     return "\n".join(lines)
 
 
+def measure(model: Path, hard: Path, split: str = "train", max_problems: int | None = None, n_curve: int = 8,
+            n_prefix: int = 16, max_new_tokens: int = 128, temperature: float = 1.0, seed: int = 0,
+            only: str | None = None, skip_few_mixed: bool = False) -> tuple[dict | None, dict | None]:
+    """(Figure 7 curve, D.5 checks) of the policy in ``model`` (a pretrain or train artifact) on
+    the ``split`` of the hard subset in ``hard`` (a filter_hard artifact). With
+    ``skip_few_mixed`` a policy too rarely mixed for D.5 gives ``{"not_computed": reason}``."""
+    from components.data.prompting import encode_prompt
+    from components.data.schema import read_problems
+    from components.engine.base import SamplingParams, TokenMeter
+    from components.methods.base import RolloutContext
+    from components.stages.common import grade_fn, open_engine
+
+    problems = read_problems(hard / f"{split}.jsonl")[:max_problems]
+    engine, tok = open_engine(model, TokenMeter(stage="analysis", label="vsr_states"))
+    grade = grade_fn()
+    ctx = RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: encode_prompt(p, tok),
+                         sampling=SamplingParams(temperature, 1.0, max_new_tokens, seed=seed))
+    try:
+        curve = truncation_curve(ctx, problems, n_curve) if only in (None, "curve") else None
+        try:
+            checks = prefix_checks(ctx, problems, n_prefix) if only in (None, "prefixes") else None
+        except TooFewMixed as e:
+            if not skip_few_mixed:
+                raise
+            checks = {"not_computed": str(e)}
+    finally:
+        grade.grader.close()
+    return curve, checks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="a pretrain or train stage artifact")
@@ -210,22 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    from components.data.prompting import encode_prompt
-    from components.data.schema import read_problems
-    from components.engine.base import SamplingParams, TokenMeter
-    from components.methods.base import RolloutContext
-    from components.stages.common import grade_fn, open_engine
-
-    problems = read_problems(args.hard / f"{args.split}.jsonl")[: args.max_problems]
-    engine, tok = open_engine(args.model, TokenMeter(stage="analysis", label="vsr_states"))
-    grade = grade_fn()
-    ctx = RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: encode_prompt(p, tok),
-                         sampling=SamplingParams(args.temperature, 1.0, args.max_new_tokens, seed=args.seed))
-    try:
-        curve = truncation_curve(ctx, problems, args.n_curve) if args.only in (None, "curve") else None
-        checks = prefix_checks(ctx, problems, args.n_prefix) if args.only in (None, "prefixes") else None
-    finally:
-        grade.grader.close()
+    curve, checks = measure(args.model, args.hard, args.split, args.max_problems, args.n_curve, args.n_prefix,
+                            args.max_new_tokens, args.temperature, args.seed, args.only)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "vsr_states.json").write_text(json.dumps({"curve": curve, "checks": checks, "paper": PAPER}, indent=1))
     text = report(curve, checks)

@@ -42,7 +42,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", ("models", "hard", "prefixes"), "trains", "grid"),
     Stage("evaluate", ("trains", "models", "hard"), "evals", "eval"),
     Stage("tokens", ("trains",), "tokens", "one"),
-    Stage("tables", ("evals", "trains", "tokens"), "tables", "one"),
+    Stage("tables", ("evals", "trains", "tokens", "models", "hard"), "tables", "one"),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 PRODUCER: dict[str, str] = {s.result: s.name for s in STAGES}   # result name -> its stage
@@ -138,7 +138,28 @@ def _tables(cfg: Sweep, up: dict) -> list[dict]:
     order = {e["label"]: i for i, e in enumerate(cfg.eval_cells())}
     evals = _by(up, "evals", "label")
     inputs = {f"eval_{k}": evals[k]["uri"] for k in sorted(evals, key=lambda k: (order.get(k, len(order)), k))}
-    return [call("tables", "tables", cfg.stages.tables, {**inputs, **_runs(cfg, up), "tokens": up["tokens"]["uri"]})]
+    runs = _runs(cfg, up)
+    return [call("tables", "tables", cfg.stages.tables,
+                 {**inputs, **runs, "tokens": up["tokens"]["uri"], **_policies(cfg, up, runs)})]
+
+
+def _policies(cfg: Sweep, up: dict, runs: dict[str, str]) -> dict[str, str]:
+    """An analysis that samples from the sweep's policies (``POLICY_ANALYSES``) reads each base
+    model (``policy_<model>``) and trained run with the hard subset it trained on (``hard_<model>``,
+    ``hard_run_<key>``); other sweeps' tables get none of these, so their cache keys stay."""
+    from components.stages.tables import POLICY_ANALYSES
+
+    if not set(cfg.stages.tables.get("analyses", ())) & set(POLICY_ANALYSES):
+        return {}
+    models, hard = _by(up, "models", "model"), _by(up, "hard", "model")
+    model_of = {g["key"]: g["model"] for g in cfg.grid()}
+    out = {}
+    for m in cfg.models:
+        out[f"policy_{slug(m)}"] = _uri(models, m, "models")
+        out[f"hard_{slug(m)}"] = _uri(hard, cfg.hard_model(m), "hard")
+    for name in runs:
+        out[f"hard_{name}"] = _uri(hard, cfg.hard_model(model_of[name[len("run_"):]]), "hard")
+    return out
 
 
 CALLS: dict[str, Callable[[Sweep, dict], list[dict]]] = {

@@ -6,6 +6,9 @@ A block is the text between ``<!-- rlvr:NAME -->`` and ``<!-- /rlvr:NAME sha256:
   method registries, the bad-input corpus sizes from the corpus files;
 - ``rlvr:power.SWEEP`` holds the power calculation (``analysis/power.py``) on the evaluate
   results behind sweep SWEEP's latest finished ``tables`` run (a study's pilot);
+- ``rlvr:analyses.SWEEP`` holds the papers' analyses of sweep SWEEP (``analyses.md`` of its latest
+  finished ``tables`` run: ``stages.tables.analyses``), its plots copied to
+  ``docs/plots/SWEEP/`` and linked relative to ``docs/`` (the block sits in a page there);
 - any other ``rlvr:SWEEP`` holds the ``tables.md`` and ``claims.md`` of sweep SWEEP's latest
   finished ``tables`` stage run in $RLVR_HOME (the files ``rlvr tables SWEEP`` prints).
 
@@ -154,11 +157,51 @@ def power_tables(name: str) -> str:
     return how + "\n" + _demote(power_markdown(sweep_results(name), PROBLEM_COUNTS))
 
 
+PLOTS = REPO / "docs" / "plots"
+IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<file>analysis_[A-Za-z0-9_]+\.png)\)")
+
+
+def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
+    """The papers' analyses of the sweep's latest tables run, and its plots ({docs path: bytes})."""
+    from components import lineage, tracking
+
+    try:
+        run = tracking.latest_tables_run(name)
+    except LookupError as e:
+        raise LookupError(f"{e} (run: rlvr sweep dags/sweeps/{name}.yaml)") from None
+    out = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
+
+    def read(f: str) -> bytes:
+        p = out / f if (out / f).is_file() else Path(lineage.client().download_artifacts(run.info.run_id, f))
+        return p.read_bytes()
+
+    try:
+        md = read("analyses.md").decode()
+    except Exception as e:  # noqa: BLE001 -- mlflow raises its own types for a missing artifact
+        raise LookupError(f"sweep {name}: its latest tables run has no analyses.md (set stages.tables.analyses): "
+                          f"{str(e).splitlines()[0][:200]}") from None
+    files = {PLOTS / name / m.group("file"): read(m.group("file")) for m in IMAGE.finditer(md)}
+    md = IMAGE.sub(lambda m: f"![{m.group('alt')}](plots/{name}/{m.group('file')})", md)
+    # under the page's "## Paper analyses": the stage's own title goes, every heading one level down
+    md = re.sub(r"(?m)^(#{2,5}) ", r"#\1 ", re.sub(r"\A## Paper analyses\n+", "", md))
+    how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); written here by "
+           f"`scripts/readme_tables.py` from its tables run's `analyses.md`, plots copied to `docs/plots/{name}/`, "
+           f"never typed; {provenance(run.data.tags)}.*\n")
+    return how + "\n" + md, files
+
+
 def source_body(name: str) -> str:
     """The body block ``name`` should hold (LookupError: a sweep with no finished tables run)."""
+    return source(name)[0]
+
+
+def source(name: str) -> tuple[str, dict[Path, bytes]]:
+    """(body, files beside the page the block needs) of block ``name``."""
     if name in FACTS:
-        return FACTS[name]()
-    return power_tables(name[len("power."):]) if name.startswith("power.") else sweep_tables(name)
+        return FACTS[name](), {}
+    if name.startswith("analyses."):
+        return analyses_tables(name[len("analyses."):])
+    return (power_tables(name[len("power."):]) if name.startswith("power.") else sweep_tables(name)), {}
 
 
 def check(texts: dict[str, str], names: list[str], require_runs: bool) -> int:
@@ -166,7 +209,11 @@ def check(texts: dict[str, str], names: list[str], require_runs: bool) -> int:
     for n in names:
         where = [f for f, t in texts.items() if n in blocks(t)]
         try:
-            want = source_body(n).rstrip("\n") + "\n"
+            want, files = source(n)
+            want = want.rstrip("\n") + "\n"
+            problems += [f"{f.relative_to(REPO)}: plot of block rlvr:{n} is {'stale' if f.is_file() else 'missing'} "
+                         "(rerun scripts/readme_tables.py)" for f, data in files.items()
+                         if not f.is_file() or f.read_bytes() != data]
         except LookupError as e:
             if require_runs:
                 problems.append(f"{', '.join(where)}: block rlvr:{n}: {e}")
@@ -214,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.check:
         return check(texts, names, args.require_runs)
-    bodies = {}
+    bodies, files = {}, {}
     for n in names:
         try:
-            bodies[n] = source_body(n)
+            bodies[n], more = source(n)
+            files.update(more)
         except LookupError as e:
             where = ", ".join(f for f, t in texts.items() if n in blocks(t))
             print(f"{where}: block rlvr:{n}: {e}", file=sys.stderr)
@@ -228,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(f + ".tmp")
         tmp.write_text(new[f])
         tmp.replace(f)
+    for f, data in files.items():
+        if not f.is_file() or f.read_bytes() != data:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.with_suffix(".tmp").write_bytes(data)
+            f.with_suffix(".tmp").replace(f)
+            changed.append(str(f.relative_to(REPO)))
     print(f"filled {len(names)} block(s) ({', '.join(names) or 'none'}); changed: {', '.join(changed) or 'nothing'}",
           file=sys.stderr)
     return 0

@@ -14,6 +14,12 @@ share of each method's evaluation samples graded ``no_answer``/``unparsable``/``
 shows in the results. With the sweep's ``preregistration``, claims.md (and the end of
 tables.md) opens with the pre-registration and gives its claims' verdicts on its primary set,
 then on each other evaluation set.
+
+With ``analyses`` it also runs the papers' CPU-sized analyses on the sweep's artifacts
+(``analysis.paper_analyses``): ``analyses.md`` (appended to tables.md), a plot each
+(``analysis_<name>.png``) and ``paper_vs_measured_analyses.csv``. ``vsr_states`` samples from
+the sweep's policies: its inputs add ``policy_<model>`` (the pretrain output), ``hard_<model>``
+and ``hard_run_<key>`` (the hard subset each policy trained on; ``components/stage_graph.py``).
 """
 from __future__ import annotations
 
@@ -25,11 +31,33 @@ from components.stages.base import StageContext, StageParams
 
 NAME = "tables"
 VERSION = 5
-INPUTS = ("eval_*", "run_*", "tokens")
+INPUTS = ("eval_*", "run_*", "tokens", "policy_*", "hard_*")
+ANALYSES = ("vsr_states", "invalid_rollouts", "vigor_selection", "vigor_speedup")
+POLICY_ANALYSES = ("vsr_states",)   # these sample from the sweep's policies: they need their inputs
+
+
+class VsrStatesSettings(StageParams):
+    """analysis/vsr_states.py's sizes (the paper: 8 continuations per truncation, 16 per prefix)."""
+    split: str = "train"
+    max_problems: int | None = Field(32, ge=3)
+    n_curve: int = Field(8, ge=1)
+    n_prefix: int = Field(16, ge=2)
+    max_new_tokens: int = Field(128, ge=1)
+    seed: int = 0
+
+
+class SpeedupSettings(StageParams):
+    """analysis/vigor_speedup.py's schedule (the paper's T=4, gamma=2, alpha=0.5) and simulation size."""
+    T: int = Field(4, ge=1)
+    gamma: float = Field(2.0, gt=1)
+    alpha: float = Field(0.5, gt=0, lt=1)
+    prompts: int = Field(20_000, ge=10)
+    reps: int = Field(20, ge=2)
+    seed: int = 0
 
 
 class Params(StageParams):
-    ADDED_FIELDS = ("preregistration",)
+    ADDED_FIELDS = ("preregistration", "analyses", "vsr_states", "vigor_speedup")
     title: str = "held-out hard subset"
     # vsr_agentic: the seed's agentic numbers (token accounting, BabyAI runs) beside this sweep's
     paper: Literal["vsr", "vigor", "vip", "vsr_agentic"] | None = None
@@ -45,6 +73,10 @@ class Params(StageParams):
     # the sweep's pre-registration (filled from the sweep file's block; components/preregistration.py):
     # printed beside the verdicts, its claims judged on its primary set, then on each other set
     preregistration: dict | None = None
+    # the papers' analyses on this sweep's artifacts, in this order (analysis/paper_analyses.py)
+    analyses: tuple[Literal[ANALYSES], ...] = ()
+    vsr_states: VsrStatesSettings = VsrStatesSettings()
+    vigor_speedup: SpeedupSettings = SpeedupSettings()
 
 
 def run(params: Params, ctx: StageContext) -> dict:
@@ -59,6 +91,8 @@ def run(params: Params, ctx: StageContext) -> dict:
 
     results, runs, tokens, samples = [], [], None, []
     for name, d in sorted(ctx.inputs.items()):
+        if name.startswith(("policy_", "hard_")):
+            continue   # the analyses' policies and hard subsets (below)
         if (d / "results.json").is_file():
             results.append(read_json(d / "results.json"))
             if (d / "samples.jsonl").is_file():  # evaluations that grade no math answers write none
@@ -98,6 +132,9 @@ def run(params: Params, ctx: StageContext) -> dict:
         out["paper_rows_measured"] = _paper_agentic(results, tokens, ctx)
     elif params.paper is not None:
         out["paper_rows_measured"] = _paper(params, results, ctx)
+    if params.analyses:
+        out["analyses"] = _analyses(params, ctx, results, runs, tokens)
+        plots += [ctx.out_dir / f"analysis_{n}.png" for n in params.analyses]
     verdicts, text = _claims(params, results, runs)
     (ctx.out_dir / "claims.md").write_text(text)
     if params.preregistration is not None:
@@ -109,6 +146,27 @@ def run(params: Params, ctx: StageContext) -> dict:
     if len(verdicts) > 1:
         out["claims_by_set"] = {where: {v.claim.id: v.verdict for v in vs} for where, vs in verdicts}
     return {**out, "plots": [p.name for p in plots]}
+
+
+def _analyses(params: Params, ctx: StageContext, results: list, runs: list, tokens) -> list[str]:
+    from analysis.paper_analyses import Inputs, run_all
+    from components.stages.common import read_json
+
+    policies = []
+    if any(a in POLICY_ANALYSES for a in params.analyses):
+        for name, d in sorted(ctx.inputs.items()):
+            if name.startswith("policy_"):
+                policies.append((f"base {name[len('policy_'):]}", d, ctx.input("hard_" + name[len("policy_"):])))
+            elif name.startswith("run_"):
+                s = read_json(d / "summary.json")
+                policies.append((f"{s['method']} seed {s['seed']} ({s['steps']} updates)", d,
+                                 ctx.input("hard_" + name)))
+    settings = {"vsr_states": params.vsr_states.model_dump(), "vigor_speedup": params.vigor_speedup.model_dump()}
+    secs = run_all(list(params.analyses), Inputs(results, runs, policies, tokens), ctx.out_dir,
+                   {a: settings.get(a, {}) for a in params.analyses})
+    with open(ctx.out_dir / "tables.md", "a") as f:
+        f.write("\n" + (ctx.out_dir / "analyses.md").read_text())
+    return [s.name for s in secs]
 
 
 def _claims(params: Params, results: list, runs: list) -> tuple[list, str]:

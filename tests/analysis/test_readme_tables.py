@@ -94,3 +94,32 @@ def test_the_repository_blocks_are_current(monkeypatch, tmp_path):
     digest (or their tables run, where this RLVR_HOME has one). make test runs the same --check."""
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
     assert rt.main(["--check"]) == 0
+
+
+def test_analyses_block_copies_its_plots_and_check_finds_a_stale_one(tmp_path, monkeypatch, capsys):
+    """rlvr:analyses.SWEEP: the tables run's analyses.md under the page's section (headings one
+    level down, plots linked under docs/plots/SWEEP/), its plots copied there byte for byte."""
+    from types import SimpleNamespace
+
+    from components import tracking
+
+    out = tmp_path / "tables_out"
+    out.mkdir()
+    (out / "analyses.md").write_text("## Paper analyses\n\n### VIGOR x\n\n| a |\n\n![x](analysis_x.png)\n")
+    (out / "analysis_x.png").write_bytes(b"\x89PNG one")
+    run = SimpleNamespace(data=SimpleNamespace(tags={"rlvr.output_uri": str(out), "mlflow.source.git.commit": "ab" * 20}),
+                          info=SimpleNamespace(run_id="r"))
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(tracking, "latest_tables_run", lambda name: run)
+    monkeypatch.setattr(rt, "PLOTS", tmp_path / "plots")
+    monkeypatch.setattr(rt, "REPO", tmp_path)
+    f = tmp_path / "R.md"
+    f.write_text("<!-- rlvr:analyses.s -->\n<!-- /rlvr:analyses.s -->\n")
+    assert rt.main([str(f)]) == 0
+    body = rt.bodies_of(f.read_text())["analyses.s"][0]
+    assert "#### VIGOR x" in body and "Paper analyses" not in body and "![x](plots/s/analysis_x.png)" in body
+    assert (tmp_path / "plots/s/analysis_x.png").read_bytes() == b"\x89PNG one"
+    assert rt.main([str(f), "--check"]) == 0
+    (out / "analysis_x.png").write_bytes(b"\x89PNG two")
+    assert rt.main([str(f), "--check"]) == 1
+    assert "plots/s/analysis_x.png: plot of block rlvr:analyses.s is stale" in capsys.readouterr().err

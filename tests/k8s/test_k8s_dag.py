@@ -52,7 +52,7 @@ LOCAL_SHAPE = {
     "eval_plan": (_PY, ["filter_hard", "pretrain", "start_sweep", "train"], None),
     "evaluate": (_MAP, ["eval_plan", "filter_hard", "pretrain", "start_sweep", "train"], "{{ rlvr_key }}"),
     "tokens": (_PY, ["start_sweep", "train"], None),
-    "tables": (_PY, ["evaluate", "start_sweep", "tokens", "train"], None),
+    "tables": (_PY, ["evaluate", "filter_hard", "pretrain", "start_sweep", "tokens", "train"], None),
     "end_sweep": (_PY, ["start_sweep", "tables"], None),
 }
 
@@ -140,7 +140,7 @@ def test_kubernetes_task_graph(report):
         assert up["seed_prefixes"] == ["filter_hard", "start_sweep"]
         assert up["train_args"] == ["filter_hard", "pretrain", "seed_prefixes", "start_sweep"]
         assert up["eval_plan"] == ["filter_hard", "pretrain", "start_sweep", "train"]
-        assert up["tables"] == ["evaluate", "start_sweep", "tokens", "train"]
+        assert up["tables"] == ["evaluate", "filter_hard", "pretrain", "start_sweep", "tokens", "train"]
         assert tasks["end_sweep"]["teardown"] and "tables" in up["end_sweep"]
 
 

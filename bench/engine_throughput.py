@@ -216,16 +216,22 @@ def main() -> None:
     ap.add_argument("--device", default="auto", help="model.generate and the embedded engine: auto | cpu | cuda")
     ap.add_argument("--dtype", default="auto", help="their dtype: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")
     args = ap.parse_args()
-    if args.results is None:
-        run(args)
+    report(args.results, lambda: run(args))
+
+
+def report(key: str | None, fn) -> None:
+    """Run ``fn``; with a KEY, its printout (between the load average at start and at end)
+    also goes into bench/RESULTS.md's block KEY (``write_results``)."""
+    if key is None:
+        fn()
         return
     buf = io.StringIO()
     with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
-        load0 = os.getloadavg()
-        print(f"load average at start (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in load0)}; {os.cpu_count()} CPUs")
-        run(args)
+        print(f"load average at start (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+              f"{os.cpu_count()} CPUs")
+        fn()
         print(f"load average at end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    write_results(args.results, buf.getvalue())
+    write_results(key, buf.getvalue())
 
 
 class _Tee(io.TextIOBase):
@@ -241,6 +247,10 @@ class _Tee(io.TextIOBase):
         for st in self.streams:
             st.flush()
 
+    def fileno(self) -> int:
+        # libraries that redirect the descriptor itself (vLLM silencing its kernels) get the terminal's
+        return self.streams[0].fileno()
+
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 # library log records and warnings that reach stdout (vLLM logs there): not part of the results
@@ -251,9 +261,10 @@ def write_results(key: str, output: str, path: Path = RESULTS) -> None:
     """Put ``output`` (this run's printout) into ``path`` between KEY's markers, with the
     command that printed it; replaced in place when the block exists, else appended under a
     heading. Written to a temporary file and renamed (never half-written)."""
-    begin, end = f"<!-- engine_throughput:{key} -->", f"<!-- /engine_throughput:{key} -->"
+    bench = Path(sys.argv[0]).stem
+    begin, end = f"<!-- {bench}:{key} -->", f"<!-- /{bench}:{key} -->"
     argv = " ".join(a if a and not set(a) & set(" ,*") else repr(a) for a in sys.argv[1:])
-    block = (f"{begin}\n`bench/engine_throughput.py {argv}` printed (OMP_NUM_THREADS="
+    block = (f"{begin}\n`bench/{bench}.py {argv}` printed (OMP_NUM_THREADS="
              f"{os.environ.get('OMP_NUM_THREADS', 'unset')}):\n\n"
              + "\n".join(line for line in output.splitlines() if not LOG_LINE.match(line)) + f"\n{end}")
     text = path.read_text()
@@ -263,7 +274,7 @@ def write_results(key: str, output: str, path: Path = RESULTS) -> None:
         head, rest = text.split(begin, 1)
         text = head + block + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + f"\n\n### Engine throughput, run `{key}` (`bench/engine_throughput.py --results {key}`)\n\n{block}\n"
+        text = text.rstrip("\n") + f"\n\n### Run `{key}` (`bench/{bench}.py --results {key}`)\n\n{block}\n"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(path)

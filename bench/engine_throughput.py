@@ -84,6 +84,7 @@ def profile_engines(model, tok, ctxs, args) -> None:
         print("| operator | self CPU s | share | calls |\n|---|---|---|---|")
         for e in ops[:args.profile_top]:
             print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
+        print()
 
 
 def load(model_arg: str | None):
@@ -230,7 +231,7 @@ def report(key: str | None, fn) -> None:
         print(f"load average at start (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
               f"{os.cpu_count()} CPUs")
         fn()
-        print(f"load average at end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        print(f"\nload average at end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_results(key, buf.getvalue())
 
 

@@ -93,6 +93,7 @@ def profile_update(fn, top: int) -> None:
     print("\nprofile of one embedded update:\n| operator | self CPU s | share | calls |\n|---|---|---|---|")
     for e in ops[:top]:
         print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
+    print()
 
 
 def run(args) -> None:

@@ -42,8 +42,11 @@ embedded engine and ``model.generate`` on CUDA when present (bf16 there, ``--dty
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import re
 import statistics
 import tempfile
 import sys
@@ -66,7 +69,8 @@ def profile_engines(model, tok, ctxs, args) -> None:
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if next(model.parameters()).is_cuda else [])
     reqs = [Request(tuple(c), n=args.n) for c in ctxs]
-    sp = SamplingParams(args.temperature, args.top_p, args.max_new, seed=0)
+    max_new = args.profile_max_new or args.max_new
+    sp = SamplingParams(args.temperature, args.top_p, max_new, seed=0)
     for name, kw in (("engine-before", {"attention": "model", "bucket": False}), ("engine", {})):
         eng = HFEngine(model, tok, **kw)
         t0 = time.perf_counter()
@@ -75,11 +79,12 @@ def profile_engines(model, tok, ctxs, args) -> None:
         wall = time.perf_counter() - t0
         ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
         total = sum(e.self_cpu_time_total for e in ops) or 1
-        print(f"\nprofile {name}: {wall:.1f} s wall (profiled), {len(eng._chunks(reqs, args.max_new))} batch(es), "
-              f"{eng.meter.totals()['generated_tokens']} generated tokens")
+        print(f"\nprofile {name}: {wall:.1f} s wall (profiled), {len(eng._chunks(reqs, max_new))} batch(es), "
+              f"{eng.meter.totals()['generated_tokens']} generated tokens (up to {max_new} per sequence)")
         print("| operator | self CPU s | share | calls |\n|---|---|---|---|")
         for e in ops[:args.profile_top]:
             print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
+        print()
 
 
 def load(model_arg: str | None):
@@ -206,9 +211,77 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true", help="the throughput table as markdown")
     ap.add_argument("--profile", action="store_true", help="print the engine's profile before/after first")
     ap.add_argument("--profile-top", type=int, default=12)
+    ap.add_argument("--profile-max-new", type=int, default=None, help="the profiled calls' new tokens (default --max-new)")
+    ap.add_argument("--results", default=None, metavar="KEY", help="also write this run's output into bench/RESULTS.md, "
+                    "in the block marked KEY (replaced when present, else appended)")
     ap.add_argument("--device", default="auto", help="model.generate and the embedded engine: auto | cpu | cuda")
     ap.add_argument("--dtype", default="auto", help="their dtype: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")
     args = ap.parse_args()
+    report(args.results, lambda: run(args))
+
+
+def report(key: str | None, fn) -> None:
+    """Run ``fn``; with a KEY, its printout (between the load average at start and at end)
+    also goes into bench/RESULTS.md's block KEY (``write_results``)."""
+    if key is None:
+        fn()
+        return
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
+        print(f"load average at start (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+              f"{os.cpu_count()} CPUs")
+        fn()
+        print(f"\nload average at end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    write_results(key, buf.getvalue())
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for st in self.streams:
+            st.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for st in self.streams:
+            st.flush()
+
+    def fileno(self) -> int:
+        # libraries that redirect the descriptor itself (vLLM silencing its kernels) get the terminal's
+        return self.streams[0].fileno()
+
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+# library log records and warnings that reach stdout (vLLM logs there): not part of the results
+LOG_LINE = re.compile(r"^(\(EngineCore.*\) )?(INFO|WARNING|DEBUG|ERROR) \d\d-\d\d |.*Warning|\s*warnings\.warn|\s*_warn_once")
+
+
+def write_results(key: str, output: str, path: Path = RESULTS) -> None:
+    """Put ``output`` (this run's printout) into ``path`` between KEY's markers, with the
+    command that printed it; replaced in place when the block exists, else appended under a
+    heading. Written to a temporary file and renamed (never half-written)."""
+    bench = Path(sys.argv[0]).stem
+    begin, end = f"<!-- {bench}:{key} -->", f"<!-- /{bench}:{key} -->"
+    argv = " ".join(a if a and not set(a) & set(" ,*") else repr(a) for a in sys.argv[1:])
+    block = (f"{begin}\n`bench/{bench}.py {argv}` printed (OMP_NUM_THREADS="
+             f"{os.environ.get('OMP_NUM_THREADS', 'unset')}):\n\n"
+             + "\n".join(line for line in output.splitlines() if not LOG_LINE.match(line)) + f"\n{end}")
+    text = path.read_text()
+    if begin in text:
+        if end not in text:
+            raise SystemExit(f"{path}: block {key!r} has no end marker {end!r}")
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + f"\n\n### Run `{key}` (`bench/{bench}.py --results {key}`)\n\n{block}\n"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run(args) -> None:
     torch.set_num_threads(args.threads)
     if args.evaluate is not None:
         evaluate_engines(args, args.engines.split(","))
@@ -289,7 +362,8 @@ def main() -> None:
               f"{'MATH500 chat prompts' if args.math500 else 'synthetic prompts'}, median of {args.repeats} runs, "
               f"warm-up call for: {args.warmup}, engines interleaved, embedded engine / model.generate on {device} in {dtype}")
     names = list(rates)
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]   # every later engine / earlier one
+    # every pair once: the embedded engine over the other when it is in the pair, else the later over the earlier
+    pairs = [(b, a) if a == "engine" else (a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     if args.markdown:
         label = {"model.generate": f"`model.generate` ({dtype}, {device})",
                  "engine": f"embedded transformers engine ({dtype}, {device})",

@@ -5,7 +5,8 @@ prefills every sample's context separately. Rollout cost in this project is domi
 (a) n samples per context and (b) a long tail of sequences that stop early, so this
 engine has its own sampling loop that
 
-1. prefills each request's context once and then copies its KV cache to the request's
+1. prefills each request's context once (contexts of similar length together, so short
+   ones do not compute a long one's padding) and then copies its KV cache to the request's
    ``n`` rows (``batch_select_indices`` with repeated row ids),
 2. writes each step's keys/values into reserved capacity (``_ReservedLayer``) instead of
    DynamicCache's ``torch.cat`` of the whole cache per step and layer (quadratic copying,
@@ -27,6 +28,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -108,8 +110,8 @@ class HFEngine:
         """(request index, samples) pieces grouped into batches of at most max_batch_sequences
         rows, by context length: requests are sorted by length and cut into contiguous
         buckets, so a long prompt only widens the rows of its own bucket. Where to cut is
-        chosen by ``bucket_cost`` (one more bucket costs a decode pass over the weights per
-        step; a wide one costs attention over padding and a padded prefill). A request with
+        chosen by ``BucketCost.bucket`` (one more bucket costs a decode pass over the weights
+        per step; a wide one costs attention over padding). A request with
         more samples than a batch holds is split (its context is then prefilled once per
         piece; the meter still counts it once, as the protocol says)."""
         order = sorted((ri for ri, r in enumerate(requests) if r.n > 0),
@@ -124,22 +126,12 @@ class HFEngine:
         if not self.bucket:
             return _pack(pieces, self.max_batch_sequences)
         widths = [len(requests[ri].context_ids) for ri, _ in pieces]
-        # best[j]: least cost of pieces[:j]; cut[j]: where its last bucket starts
-        best, cut = [0.0] + [float("inf")] * len(pieces), [0] * (len(pieces) + 1)
-        for j in range(1, len(pieces) + 1):
-            rows = 0
-            for i in range(j - 1, -1, -1):
-                rows += pieces[i][1]
-                if rows > self.max_batch_sequences:
-                    break
-                c = best[i] + self.cost.bucket(j - i, rows, widths[j - 1], max_new)
-                if c < best[j]:
-                    best[j], cut[j] = c, i
-        chunks, j = [], len(pieces)
-        while j > 0:
-            chunks.append(pieces[cut[j]:j])
-            j = cut[j]
-        return chunks[::-1]
+        rows = np.cumsum([0] + [k for _, k in pieces])
+
+        def cost(i: int, j: int) -> float | None:
+            n = int(rows[j] - rows[i])
+            return None if n > self.max_batch_sequences else self.cost.bucket(n, widths[j - 1], max_new)
+        return [pieces[i:j] for i, j in _cheapest_cuts(len(pieces), cost)]
 
     def _run(self, contexts: list[tuple[int, ...]], ns: list[int], params: SamplingParams,
              gen: torch.Generator, device: torch.device) -> list[list[Completion]]:
@@ -149,26 +141,15 @@ class HFEngine:
         if max_new == 0:
             return [[Completion((), "", "length") for _ in range(k)] for k in ns]
 
-        # 1. prefill the distinct contexts, left-padded, positions counted from each one's start
-        width = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, width - len(c):] = torch.tensor(c, dtype=torch.long)
-            mask[i, width - len(c):] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        pos = (mask.cumsum(-1) - 1).clamp_(min=0)
-        cache = DynamicCache(config=model.config)
-        cache.layers = [_ReservedLayer() for _ in cache.layers] or cache.layers
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        # 1. prefill the distinct contexts (in groups of similar length), one left-padded cache
+        logits, cache, mask, pos_last = self._prefill(contexts, device)
 
         # 2. fan out: row r of the decode batch is a sample of context rows[r]
         rows = torch.repeat_interleave(torch.arange(len(contexts), device=device),
                                        torch.tensor(ns, device=device))
         cache.batch_select_indices(rows)
         logits, mask = logits[rows], mask[rows]
-        next_pos = pos[rows, -1] + 1
+        next_pos = pos_last[rows] + 1
         total = rows.numel()
 
         tokens = torch.full((total, max_new), self.pad_id, dtype=torch.long, device=device)
@@ -207,9 +188,67 @@ class HFEngine:
             start += k
         return out
 
+    def _prefill(self, contexts: list[tuple[int, ...]], device: torch.device):
+        """Last-position logits of every context and one cache holding all of them, left-padded
+        to the longest. Contexts are prefilled in groups of similar length (``BucketCost``
+        weighs one more forward pass against padded positions), so a bucket's long prompt
+        does not make every short one compute its padding through all layers; each group's
+        keys/values are then copied right-aligned into the shared cache. Padding columns hold
+        zeros (masked; never NaN, which a masked softmax weight of 0 would not cancel)."""
+        model, lens = self.model, [len(c) for c in contexts]
+        width = max(lens)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, n in enumerate(lens):
+            mask[i, width - n:] = 1
+        mask = mask.to(device)
+        logits, keys, values = [], None, None
+        groups = (_cheapest_cuts(len(contexts), lambda i, j: self.cost.prefill(j - i, max(lens[i:j])))
+                  if self.bucket else [(0, len(contexts))])
+        for lo, hi in groups:
+            gw = max(lens[lo:hi])
+            gmask = mask[lo:hi, width - gw:]
+            ids = torch.full((hi - lo, gw), self.pad_id, dtype=torch.long)
+            for r, c in enumerate(contexts[lo:hi]):
+                ids[r, gw - len(c):] = torch.tensor(c, dtype=torch.long)
+            part = DynamicCache(config=model.config)
+            logits.append(model(input_ids=ids.to(device), attention_mask=gmask,
+                                position_ids=(gmask.cumsum(-1) - 1).clamp_(min=0), past_key_values=part,
+                                use_cache=True, logits_to_keep=1).logits[:, -1, :])
+            if keys is None:
+                keys = [layer.keys.new_zeros((len(contexts), *layer.keys.shape[1:2], width, layer.keys.shape[-1]))
+                        for layer in part.layers]
+                values = [k.clone() for k in keys]
+            for k, v, layer in zip(keys, values, part.layers):
+                k[lo:hi, :, width - gw:] = layer.keys
+                v[lo:hi, :, width - gw:] = layer.values
+        cache = DynamicCache(config=model.config)
+        cache.layers = [_ReservedLayer() for _ in keys]
+        for layer, k, v in zip(cache.layers, keys, values):
+            layer.update(k, v)
+        return torch.cat(logits), cache, mask, mask.sum(-1) - 1
+
     def _completion(self, ids: list[int], stopped: bool) -> Completion:
         return Completion(token_ids=tuple(ids), text=self.tokenizer.decode(ids, skip_special_tokens=True),
                           finish_reason="stop" if stopped else "length")
+
+
+def _cheapest_cuts(n: int, cost) -> list[tuple[int, int]]:
+    """Contiguous ranges [i, j) covering range(n) with the least total ``cost(i, j)`` (a
+    dynamic programme over the last cut). ``cost`` returns None when [i, j) is too big, and
+    then so is every wider range ending at j."""
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, -1, -1):
+            c = cost(i, j)
+            if c is None:
+                break
+            if best[i] + c < best[j]:
+                best[j], cut[j] = best[i] + c, i
+    out, j = [], n
+    while j > 0:
+        out.append((cut[j], j))
+        j = cut[j]
+    return out[::-1]
 
 
 def _pack(pieces: list[tuple[int, int]], room: int) -> list[list[tuple[int, int]]]:
@@ -226,10 +265,10 @@ def _pack(pieces: list[tuple[int, int]], room: int) -> list[list[tuple[int, int]
 
 
 class BucketCost:
-    """A rough cost model of one batch, in bytes moved, for choosing bucket cuts.
+    """A rough cost model, in bytes moved, for choosing bucket and prefill-group cuts.
 
-    A decode step streams the weights once per batch (plus a fixed per-layer overhead of
-    launching kernels, which dominates a tiny model) and reads each row's KV cache; a
+    A forward pass streams the weights once (plus a fixed per-layer overhead of launching
+    kernels, which dominates a tiny model); a decode step also reads each row's KV cache; a
     prefill computes every padded position (~2 FLOPs per parameter per token, counted at
     ``FLOPS_PER_BYTE``, a CPU's compute / memory-bandwidth balance). Only the cuts depend
     on it; the outputs do not."""
@@ -249,9 +288,15 @@ class BucketCost:
         self.kv_bytes_per_token = layers * 2 * kv_heads * head_dim * elem
         self.prefill_bytes_per_token = 2 * params / self.FLOPS_PER_BYTE
 
-    def bucket(self, contexts: int, rows: int, width: int, max_new: int) -> float:
-        decode = max_new * (self.step_bytes + rows * (width + max_new / 2) * self.kv_bytes_per_token)
-        return contexts * width * self.prefill_bytes_per_token + decode
+    def prefill(self, contexts: int, width: int) -> float:
+        """One forward pass over ``contexts`` rows padded to ``width``."""
+        return self.step_bytes + contexts * width * self.prefill_bytes_per_token
+
+    def bucket(self, rows: int, width: int, max_new: int) -> float:
+        """Decoding ``rows`` rows padded to ``width`` for ``max_new`` steps. The prefill is left
+        out: grouped by length (``HFEngine._prefill``) it costs about the contexts' own tokens
+        wherever the cuts fall."""
+        return max_new * (self.step_bytes + rows * (width + max_new / 2) * self.kv_bytes_per_token)
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
@@ -322,6 +367,11 @@ class _ReservedLayer(DynamicLayer):
         self._k, self._nk = self._append(self._k, self._nk, key_states)
         self._v, self._nv = self._append(self._v, self._nv, value_states)
         return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        # select rows of the whole buffer, so the spare capacity survives a compaction
+        if self._nk:
+            self._k, self._v = self._k[indices], self._v[indices]
 
     @staticmethod
     def _append(buf, n, new):

@@ -185,7 +185,7 @@ def test_buckets_by_context_length_results_in_request_order(model, tok):
     the one-padded-batch run (greedy), with the same meter counts."""
     long_ctx = "Compute 42+59-77+97-99. 42+59=101. 101-77=24. 24+97=121. " * 3
     prompts = [long_ctx, "C", "Compute 3+4.", long_ctx[:40], "Compute 1+2."]
-    reqs = _reqs(tok, n=8, prompts=prompts)   # enough rows that padding them costs more than a bucket
+    reqs = _reqs(tok, n=16, prompts=prompts)   # enough rows that padding them costs more than a bucket
     bucketed = HFEngine(model, tok)
     chunks = bucketed._chunks(reqs, 20)
     assert len(chunks) > 1 and [ri for ri, _ in chunks[-1]] == [0]      # the long prompt alone
@@ -229,3 +229,26 @@ def test_engine_attention_only_inside_a_call(model, tok):
     with pytest.raises(ValueError):
         HFEngine(model, tok).generate([Request((5,), n=1)], SamplingParams(max_new_tokens=-1))
     assert model.config._attn_implementation == impl
+
+
+def test_prefill_in_length_groups_equals_one_padded_prefill(model, tok):
+    """Contexts of very different lengths are prefilled in separate groups and copied into one
+    left-padded cache: the last-position logits and every non-padding key/value equal the one
+    padded prefill's, and the padding columns are zeros (finite under the mask)."""
+    import components.engine.hf as hf
+
+    ctxs = [tuple(tok.encode(p, add_special_tokens=False)) for p in
+            ["C", "Compute 1+2.", "Compute 42+59-77+97-99. 42+59=101. 101-77=24. 24+97=121. " * 4]]
+    grouped, plain = HFEngine(model, tok), HFEngine(model, tok, bucket=False)
+    lens = [len(c) for c in ctxs]
+    assert len(hf._cheapest_cuts(3, lambda i, j: grouped.cost.prefill(j - i, max(lens[i:j])))) > 1
+    with torch.inference_mode():
+        lg, cg, mg, pg = grouped._prefill(ctxs, torch.device("cpu"))
+        lp, cp, mp, pp = plain._prefill(ctxs, torch.device("cpu"))
+    assert torch.equal(mg, mp) and torch.equal(pg, pp)
+    torch.testing.assert_close(lg, lp, atol=1e-4, rtol=1e-4)
+    keep = mg.bool()[:, None, :, None]
+    for a, b in zip(cg.layers, cp.layers):
+        torch.testing.assert_close(a.keys * keep, b.keys * keep, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a.values * keep, b.values * keep, atol=1e-4, rtol=1e-4)
+        assert not a.keys.masked_select(~keep).any() and not a.values.masked_select(~keep).any()

@@ -71,7 +71,8 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
     src7, src5 = "VSR Figure 7 (Qwen2.5-7B-Instruct)", "VSR Appendix D.5 (Qwen2.5-7B-Instruct)"
     for label, model, hard in inp.policies:
         curve, checks = vs.measure(model, hard, s["split"], s["max_problems"], s["n_curve"], s["n_prefix"],
-                                   s["max_new_tokens"], seed=s["seed"], skip_few_mixed=True)
+                                   s["max_new_tokens"], seed=s["seed"], skip_few_mixed=True,
+                                   d5_scan=s.get("d5_scan"), d5_mixed=s.get("d5_mixed"))
         curves.append((label, curve))
         parts.append(f"#### Policy: {label}\n\n" + vs.report(curve, checks).replace("### ", "##### "))
         on = f"{label}, {curve['problems']} hard problems"
@@ -107,8 +108,10 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
     plt.close(fig)
     md = ("### VSR Figure 7 and Appendix D.5: the state score on this sweep's policies\n\n"
           f"Continuations of up to {s['max_new_tokens']} tokens, {s['n_curve']} per truncation (Figure 7) and "
-          f"{s['n_prefix']} per prefix (D.5), on the first {s['max_problems'] or 'all'} problems of the hard subset's "
-          f"{s['split']} split. Band in the plot: 25-75 % of the per-problem success rates.\n\n" + "\n".join(parts))
+          f"{s['n_prefix']} per prefix (D.5), on the hard subset's {s['split']} split: Figure 7 on its first "
+          f"{s['max_problems'] or 'all'} problems, D.5 on the {'first ' + str(s['d5_mixed']) if s.get('d5_mixed') else 'all'} "
+          f"problems with a mixed first group among its first {s.get('d5_scan') or s['max_problems'] or 'all'}. "
+          "Band in the plot: 25-75 % of the per-problem success rates.\n\n" + "\n".join(parts))
     return Section("vsr_states", md, rows, path)
 
 

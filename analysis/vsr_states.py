@@ -125,13 +125,17 @@ def truncation_curve(ctx, problems, n: int = 8, alphas: Sequence[float] = ALPHAS
     return curve_summary(rates)
 
 
-def prefix_checks(ctx, problems, n: int = 16, positions: Sequence[float] = POSITIONS, b: int = 2000) -> dict:
-    """D.5: the sigma-hat validation on successful prefixes and the failed-prefix comparison."""
+def prefix_checks(ctx, problems, n: int = 16, positions: Sequence[float] = POSITIONS, b: int = 2000,
+                  max_mixed: int | None = None) -> dict:
+    """D.5: the sigma-hat validation on successful prefixes and the failed-prefix comparison, on
+    the first ``max_mixed`` (all when None) of ``problems`` whose first group is mixed: the paper
+    selects problems with mixed initial outcomes, which a hard subset holds few of, so the
+    first groups scan all of ``problems``."""
     from components.methods.vsr import sigma_hat
 
     eos = getattr(ctx.engine.tokenizer, "eos_token_id", None)
     first = ctx.sample_groups(ctx.prompt_items(problems), n, purpose="probe")
-    mixed = [(p, g) for p, g in zip(problems, first) if g.mixed]
+    mixed = [(p, g) for p, g in zip(problems, first) if g.mixed][:max_mixed]
     if len(mixed) < 3:
         raise TooFewMixed(f"vsr_states: {len(mixed)} of {len(problems)} problems have a mixed first group of {n} "
                          "samples; the sigma-hat validation needs at least 3 (use a policy that solves some)")
@@ -203,17 +207,22 @@ def report(curve: dict | None, checks: dict | None) -> str:
 
 def measure(model: Path, hard: Path, split: str = "train", max_problems: int | None = None, n_curve: int = 8,
             n_prefix: int = 16, max_new_tokens: int = 128, temperature: float = 1.0, seed: int = 0,
-            only: str | None = None, skip_few_mixed: bool = False) -> tuple[dict | None, dict | None]:
+            only: str | None = None, skip_few_mixed: bool = False, d5_scan: int | None = None,
+            d5_mixed: int | None = None) -> tuple[dict | None, dict | None]:
     """(Figure 7 curve, D.5 checks) of the policy in ``model`` (a pretrain or train artifact) on
-    the ``split`` of the hard subset in ``hard`` (a filter_hard artifact). With
-    ``skip_few_mixed`` a policy too rarely mixed for D.5 gives ``{"not_computed": reason}``."""
+    the ``split`` of the hard subset in ``hard`` (a filter_hard artifact): the curve on its first
+    ``max_problems``, D.5 on the first ``d5_mixed`` problems with a mixed first group among its
+    first ``d5_scan`` (both default to ``max_problems``). With ``skip_few_mixed`` a policy too
+    rarely mixed for D.5 gives ``{"not_computed": reason}``."""
     from components.data.prompting import encode_prompt
     from components.data.schema import read_problems
     from components.engine.base import SamplingParams, TokenMeter
     from components.methods.base import RolloutContext
     from components.stages.common import grade_fn, open_engine
 
-    problems = read_problems(hard / f"{split}.jsonl")[:max_problems]
+    every = read_problems(hard / f"{split}.jsonl")
+    problems = every[:max_problems]
+    scanned = every[:d5_scan or max_problems]
     engine, tok = open_engine(model, TokenMeter(stage="analysis", label="vsr_states"))
     grade = grade_fn()
     ctx = RolloutContext(engine=engine, grade=grade, encode_prompt=lambda p: encode_prompt(p, tok),
@@ -221,7 +230,7 @@ def measure(model: Path, hard: Path, split: str = "train", max_problems: int | N
     try:
         curve = truncation_curve(ctx, problems, n_curve) if only in (None, "curve") else None
         try:
-            checks = prefix_checks(ctx, problems, n_prefix) if only in (None, "prefixes") else None
+            checks = prefix_checks(ctx, scanned, n_prefix, max_mixed=d5_mixed) if only in (None, "prefixes") else None
         except TooFewMixed as e:
             if not skip_few_mixed:
                 raise
@@ -243,11 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=("curve", "prefixes"), default=None)
+    ap.add_argument("--d5-scan", type=int, default=None, help="problems scanned for a mixed first group (D.5)")
+    ap.add_argument("--d5-mixed", type=int, default=None, help="D.5 on at most this many mixed problems")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
     curve, checks = measure(args.model, args.hard, args.split, args.max_problems, args.n_curve, args.n_prefix,
-                            args.max_new_tokens, args.temperature, args.seed, args.only)
+                            args.max_new_tokens, args.temperature, args.seed, args.only,
+                            d5_scan=args.d5_scan, d5_mixed=args.d5_mixed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "vsr_states.json").write_text(json.dumps({"curve": curve, "checks": checks, "paper": PAPER}, indent=1))
     text = report(curve, checks)

@@ -40,6 +40,10 @@ class VsrStatesSettings(StageParams):
     """analysis/vsr_states.py's sizes (the paper: 8 continuations per truncation, 16 per prefix)."""
     split: str = "train"
     max_problems: int | None = Field(32, ge=3)
+    # D.5 needs problems with a mixed first group: it scans d5_scan problems (None: max_problems)
+    # and keeps the first d5_mixed mixed ones (None: all of them)
+    d5_scan: int | None = Field(None, ge=3)
+    d5_mixed: int | None = Field(None, ge=3)
     n_curve: int = Field(8, ge=1)
     n_prefix: int = Field(16, ge=2)
     max_new_tokens: int = Field(128, ge=1)

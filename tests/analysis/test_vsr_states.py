@@ -89,3 +89,6 @@ def test_prefix_checks_on_a_reward_that_mixes_groups(tok, model):
     est, lo, hi = out["pearson_pooled"]
     assert np.isnan(est) or lo <= est <= hi
     assert "Appendix D.5" in vs.report(None, out)
+    # D.5 on the first mixed problems only: the scan covers every problem, the checks the first 3
+    capped = vs.prefix_checks(ctx, generate_problems(12, [2, 3], seed=2), n=8, b=20, max_mixed=3)
+    assert capped["mixed"] == 3 and capped["problems"] == 12

@@ -5,9 +5,11 @@ Engines (``--engines``, comma-separated, in order):
                   repeated n times): the baseline the embedded engine is measured against
   engine          the embedded transformers engine (components/engine/hf.py): one prefill per
                   prompt, its KV cache shared by the n samples, finished rows dropped, requests
-                  bucketed by context length, grouped-query attention without KV copies
-  engine-before   the same engine with one padded batch and the model's own (sdpa) attention:
-                  what bucketing and the engine's attention are measured against
+                  bucketed by context length, grouped-query attention without KV copies,
+                  linear layers on oneDNN with packed weights
+  engine-before   the same engine with one padded batch and the model's own (sdpa) attention
+                  and linear layers (MKL's sgemm on the CPU):
+                  what bucketing, the engine's attention and its linears are measured against
   vllm            vLLM's engine (components/engine/vllm.py; the CPU build in .venv-scale)
 
 Requests: ``--prompts`` prompts x ``--n`` samples, temperature 1, up to ``--max-new`` tokens.
@@ -60,6 +62,9 @@ import torch  # noqa: E402
 
 from components.engine.base import Request, SamplingParams, TokenMeter  # noqa: E402
 
+# the engine before bucketing, its attention and its oneDNN linears (components/engine/hf.py)
+BEFORE = {"attention": "model", "bucket": False, "linear": "model"}
+
 
 def profile_engines(model, tok, ctxs, args) -> None:
     """torch.profiler's top operators (self time) of one call per engine variant."""
@@ -71,7 +76,7 @@ def profile_engines(model, tok, ctxs, args) -> None:
     reqs = [Request(tuple(c), n=args.n) for c in ctxs]
     max_new = args.profile_max_new or args.max_new
     sp = SamplingParams(args.temperature, args.top_p, max_new, seed=0)
-    for name, kw in (("engine-before", {"attention": "model", "bucket": False}), ("engine", {})):
+    for name, kw in (("engine-before", BEFORE), ("engine", {})):
         eng = HFEngine(model, tok, **kw)
         t0 = time.perf_counter()
         with profile(activities=acts) as prof:
@@ -332,7 +337,7 @@ def run(args) -> None:
             runners[name] = baseline
         elif name in ("engine", "engine-before"):
             from components.engine.hf import HFEngine
-            kw = {"attention": "model", "bucket": False} if name == "engine-before" else {}
+            kw = BEFORE if name == "engine-before" else {}
             runners[name] = metered(HFEngine(model, tok, meter=TokenMeter(), **kw))
         elif name == "vllm":
             from components.engine.vllm import VLLMEngine
@@ -367,7 +372,7 @@ def run(args) -> None:
     if args.markdown:
         label = {"model.generate": f"`model.generate` ({dtype}, {device})",
                  "engine": f"embedded transformers engine ({dtype}, {device})",
-                 "engine-before": f"embedded engine, one padded batch, sdpa attention ({dtype}, {device})",
+                 "engine-before": f"embedded engine, one padded batch, sdpa attention, F.linear ({dtype}, {device})",
                  "vllm": f"vLLM CPU ({args.vllm_dtype}; start-up {startup}, not in the rates)"}
         print("\n| engine | generated tokens/s (runs) | process CPU s / wall s |\n|---|---|---|")
         for name, r in rates.items():

@@ -18,7 +18,10 @@ engine has its own sampling loop that
 4. sorts a call's requests by context length and runs them in buckets (``BucketCost``
    picks the cuts), so one long prompt does not pad every row of the call, and
 5. computes grouped-query attention on the cache without copying KV heads
-   (``components.engine.attention``), for the duration of the call only.
+   (``components.engine.attention``), and
+6. runs the linear layers on oneDNN with weights packed once per call
+   (``components.engine.linear``; a float32 model on the CPU), both for the duration of the
+   call only.
 
 Sampling uses a private ``torch.Generator`` seeded from ``SamplingParams.seed``: the same
 requests and seed give the same completions, and the global RNG is never touched.
@@ -34,6 +37,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from components.engine.attention import engine_attention
+from components.engine.linear import onednn_linears
 from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
 
 
@@ -42,7 +46,7 @@ class HFEngine:
 
     def __init__(self, model: Any, tokenizer: Any, meter: TokenMeter | None = None,
                  max_batch_sequences: int = 512, compact_fraction: float = 0.125, bucket: bool = True,
-                 attention: str = "engine"):
+                 attention: str = "engine", linear: str = "engine"):
         if max_batch_sequences < 1:
             raise ValueError("max_batch_sequences must be >= 1")
         self.model = model
@@ -52,11 +56,13 @@ class HFEngine:
         # compact once this share of the live batch has finished (1 row minimum). A compaction
         # copies the cache once, about what DynamicCache's per-step torch.cat costs anyway.
         self.compact_fraction = float(compact_fraction)
-        # bucket=False / attention="model": one padded batch per max_batch_sequences rows, the
-        # model's own attention (the bench's "before" profile)
-        if attention not in ("engine", "model"):
-            raise ValueError(f"attention must be 'engine' or 'model', got {attention!r}")
-        self.bucket, self.attention = bool(bucket), attention
+        # bucket=False / attention="model" / linear="model": one padded batch per
+        # max_batch_sequences rows, the model's own attention and linear layers (the bench's
+        # "before" profile)
+        for name, value in (("attention", attention), ("linear", linear)):
+            if value not in ("engine", "model"):
+                raise ValueError(f"{name} must be 'engine' or 'model', got {value!r}")
+        self.bucket, self.attention, self.linear = bool(bucket), attention, linear
         self.cost = BucketCost(model)
         self.eos_id = int(tokenizer.eos_token_id)
         # chat models end a turn on more than one id (generation_config.eos_token_id)
@@ -89,7 +95,8 @@ class HFEngine:
         self.model.eval()
         try:
             attn = engine_attention(self.model) if self.attention == "engine" else nullcontext()
-            with torch.inference_mode(), attn:
+            lin = onednn_linears(self.model) if self.linear == "engine" else nullcontext()
+            with torch.inference_mode(), attn, lin:
                 for chunk in self._chunks(requests, params.max_new_tokens):
                     contexts = [requests[ri].context_ids for ri, _ in chunk]
                     results = self._run(contexts, [k for _, k in chunk], params, gen, device)
@@ -310,7 +317,17 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) 
         drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= params.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-    return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    return _categorical(probs, gen)
+
+
+def _categorical(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One draw per row with probability proportional to ``probs``: the row's cumulative sum
+    (float64) inverted at one uniform. ``torch.multinomial`` draws an exponential for every
+    vocabulary entry instead, which on a 49K vocabulary costs more than a decode step's
+    attention (``bench/engine_throughput.py --profile``: ``aten::exponential_``)."""
+    cdf = probs.double().cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), generator=gen, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:

@@ -252,3 +252,23 @@ def test_prefill_in_length_groups_equals_one_padded_prefill(model, tok):
         torch.testing.assert_close(a.keys * keep, b.keys * keep, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(a.values * keep, b.values * keep, atol=1e-4, rtol=1e-4)
         assert not a.keys.masked_select(~keep).any() and not a.values.masked_select(~keep).any()
+
+
+def test_categorical_draws_follow_the_probabilities_and_never_a_zero():
+    """The engine's sampler (inverse of the float64 CDF at a uniform): frequencies within
+    binomial noise of the probabilities, masked (zero) entries never drawn, seeded draws
+    repeat."""
+    from components.engine.hf import _categorical
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(40, generator=g) * 2, dim=-1)
+    p[[0, 7, 39]] = 0.0                        # top-p's dropped tokens, also at both ends
+    n = 200_000
+    draws = _categorical(p.expand(n, -1), torch.Generator().manual_seed(1))
+    freq = torch.bincount(draws, minlength=40).double() / n
+    target = p.double() / p.sum()
+    sd = (target * (1 - target) / n).sqrt()
+    assert freq[[0, 7, 39]].sum() == 0
+    assert ((freq - target).abs() <= 5 * sd + 1e-12).all(), (freq - target).abs().max()
+    again = _categorical(p.expand(n, -1), torch.Generator().manual_seed(1))
+    assert torch.equal(draws, again)

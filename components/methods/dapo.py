@@ -92,9 +92,8 @@ class DAPO(Stateless):
     Config = DAPOConfig
 
     def __init__(self, config: DAPOConfig):
-        self.config = config
+        super().__init__(config)
         self.problems: list[Problem] = []
-        self.last_stats: dict[str, float] = {}
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.problems = list(problems)
@@ -153,6 +152,3 @@ class DAPO(Stateless):
         if self.problems:
             per_round = min(per_round, max(batch_size, len(self.problems)))
         return per_round * self.config.n
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)

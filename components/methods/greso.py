@@ -133,14 +133,13 @@ class GRESO(Method):
     Config = GRESOConfig
 
     def __init__(self, config: GRESOConfig):
-        self.config = config
+        super().__init__(config)
         self.traces: dict[str, list[list]] = {}     # uid -> [[step, mean], ...]
         self.p_easy = float(config.p_easy_init)
         self.p_hard = float(config.p_hard_init)
         self.step = 0
         self.epoch = 0
         self.pool: list[Problem] = []
-        self.last: dict[str, float] = {}
         self.graph = graph_estimator(config)
         self._rolled: list[Group] | None = None     # adaptive: every group of the step, kept or not
 
@@ -197,7 +196,7 @@ class GRESO(Method):
         if self.config.batch_filling == "adaptive":
             return self._rollout_adaptive(batch, ctx, rng)
         chosen, stats = self.select(batch, rng)
-        self.last = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
+        self.last_stats = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
         items = ctx.prompt_items(chosen)
         return ctx.sample_groups(items, self.config.n)
 
@@ -236,10 +235,10 @@ class GRESO(Method):
         out = kept[:B]
         discard(ctx, [g for g in rolled if not _trainable(g)] + kept[B:])
         self._rolled = rolled
-        self.last = {"skipped": float(skipped), "examined": float(pos), "gen_rounds": float(rounds),
-                     "rollouts": float(sum(g.n for g in rolled)), "kept_groups": float(len(out)),
-                     "discarded_groups": float(len(rolled) - len(out)),
-                     "p_easy": self.p_easy, "p_hard": self.p_hard}
+        self.last_stats = {"skipped": float(skipped), "examined": float(pos), "gen_rounds": float(rounds),
+                           "rollouts": float(sum(g.n for g in rolled)), "kept_groups": float(len(out)),
+                           "discarded_groups": float(len(rolled) - len(out)),
+                           "p_easy": self.p_easy, "p_hard": self.p_hard}
         return out
 
     def _adapt(self, p: float, ratio: float, target: float) -> float:
@@ -275,17 +274,17 @@ class GRESO(Method):
         return batch_size * self.config.n
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "traced_prompts": float(len(self.traces)), **graph_error(self.graph)}
+        return {**self.last_stats, "traced_prompts": float(len(self.traces)), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"traces": {u: [list(e) for e in t] for u, t in self.traces.items()},
                 "p_easy": self.p_easy, "p_hard": self.p_hard, "step": self.step, "epoch": self.epoch,
-                "last": dict(self.last), **({} if self.graph is None else {"graph": self.graph.state_dict()})}
+                "last": dict(self.last_stats), **({} if self.graph is None else {"graph": self.graph.state_dict()})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.traces = {u: [[int(s), float(m)] for s, m in t] for u, t in state["traces"].items()}
         self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
-        self.last = {k: float(v) for k, v in state.get("last", {}).items()}
+        self.last_stats = {k: float(v) for k, v in state.get("last", {}).items()}
         if self.graph is not None:
             self.graph.load_state_dict(state["graph"])

@@ -123,10 +123,10 @@ class SARA(Method):
     Config = SARAConfig
 
     def __init__(self, config: SARAConfig):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.post = BetaCounts(c.prior_a, c.prior_b, c.history_decay, c.success_threshold)
         self.pool: list[Problem] = []
-        self.last_stats: dict[str, float] = {}
         self._pending: list[tuple[str, list[float]]] = []
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
@@ -217,9 +217,6 @@ class SARA(Method):
     def rollouts_per_step(self, batch_size: int) -> int:
         """The step's budget n x B: an upper bound, reached unless the pool or max_rounds runs out."""
         return self.config.n * batch_size
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)
 
     def state_dict(self) -> dict[str, Any]:
         return {"posterior": self.post.state_dict()}

@@ -248,14 +248,14 @@ class VIP(Method):
     Config = VIPConfig
 
     def __init__(self, config: VIPConfig, embedder: Embedder | None = None):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.embedder = embedder or (MiniLMEmbedder() if c.embedder == "minilm"
                                      else HashingEmbedder(c.embed_dim, c.ngram_range))
         self.gp = PoolGP(c.sigma_n2, c.eps, c.prior_mean, c.bandwidth)
         self.graph = graph_estimator(c, self.embedder)
         self.step = 0
         self._pred: dict[str, float] = {}
-        self.last: dict[str, float] = {}
 
     def _embed(self, problems: Sequence[Problem]) -> None:
         new = list({p.uid: p for p in problems if p.uid not in self.gp.row}.values())
@@ -288,10 +288,10 @@ class VIP(Method):
         # the objective the allocation minimises (sum_i p_i(1-p_i) f(n_i) on the predicted p), and
         # the same with the uniform allocation of the budget: what the claims check reads
         a = p * (1 - p)
-        self.last = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
-                     "p_pred_mean": float(p.mean()) if len(p) else 0.0,
-                     "var_objective": float((a * f_var(ns, c.base)).sum()),
-                     "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
+        self.last_stats = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
+                           "p_pred_mean": float(p.mean()) if len(p) else 0.0,
+                           "var_objective": float((a * f_var(ns, c.base)).sum()),
+                           "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
         return groups
 
     def observe(self, groups: list[Group]) -> None:
@@ -320,7 +320,7 @@ class VIP(Method):
         return batch_size * self.config.budget_per_prompt
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "seen_prompts": float(self.gp.seen.sum()), **graph_error(self.graph)}
+        return {**self.last_stats, "seen_prompts": float(self.gp.seen.sum()), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         graph = {} if self.graph is None else {"graph": self.graph.state_dict()}

@@ -43,7 +43,7 @@ at most ``S`` is the last one (the step trains on what it has then), and so is a
 uses up the candidates. Kept groups beyond ``B`` and the dropped ones are metered as
 ``"discarded"``. Every group rolled out, kept or not, enters the traces and the easy/hard
 ratios (the official code records rewards before filtering). ``rollouts_per_step(B)`` is then
-round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last["rollouts"]``
+round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last_stats["rollouts"]``
 is what the step generated.
 
 Epoch index: ``step * batch_size // len(training set)``, matching the trainer's batch order.
@@ -197,8 +197,7 @@ class GRESO(Method):
             return self._rollout_adaptive(batch, ctx, rng)
         chosen, stats = self.select(batch, rng)
         self.last_stats = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
-        items = ctx.prompt_items(chosen)
-        return ctx.sample_groups(items, self.config.n)
+        return ctx.sample_groups(ctx.prompt_items(chosen), self.config.n)
 
     def _rollout_adaptive(self, batch: Sequence[Problem], ctx: RolloutContext,
                           rng: np.random.Generator) -> list[Group]:

@@ -120,11 +120,7 @@ class ReinforceAdaEst(Method):
         c = self.config
         p = [self.p_hat(q.uid) for q in batch]
         ns = allocate(p, c.n_mean * len(batch), c.n_min, c.n_max, c.eps)
-        items = []
-        for q in batch:
-            ids = ctx.encode_prompt(q)
-            items.append((q, ids, "", len(ids), q.uid))
-        groups = ctx.sample_groups(items, ns)
+        groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, ph, k in zip(groups, p, ns):
             r_bar = float(np.mean(g.rewards)) if g.rewards else 0.0
             weight = 1.0 / math.sqrt(max(r_bar, 0.0) + c.eps)

@@ -278,11 +278,7 @@ class VIP(Method):
         p = sigmoid(m) if self.graph is None else self.graph.predict(uids)
         ns = allocate(p * (1 - p), c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
         self._pred = dict(zip(uids, m.tolist()))
-        items = []
-        for prob in batch:
-            ids = ctx.encode_prompt(prob)
-            items.append((prob, ids, "", len(ids), prob.uid))
-        groups = ctx.sample_groups(items, ns)
+        groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, pi, ni in zip(groups, p.tolist(), ns):
             g.meta.update(vip_p=pi, vip_n=ni)
         # the objective the allocation minimises (sum_i p_i(1-p_i) f(n_i) on the predicted p), and

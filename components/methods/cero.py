@@ -169,9 +169,6 @@ class CERO(Method):
         self.allowed = 0
         self._alloc: dict[str, int] = {}
 
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
-
     def value(self, uid: str) -> float:
         return float(expected_bernoulli_variance(*self.post.params(uid)))
 

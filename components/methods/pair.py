@@ -180,9 +180,6 @@ class PAIR(Method):
         self._seen: list[tuple[list[float], float, float, str]] = []   # (phi, reward, pi, uid)
         self._suffix_lengths: list[int] = []
 
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
-
     def predict(self, phi: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(np.asarray(phi) @ self.w)))
 

@@ -117,18 +117,10 @@ def _key_lock(key: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _runs_of_key(key: str, status: str, max_results: int) -> list:
-    """The runs tagged with cache key ``key`` in ``status``, in any experiment (the key is
-    content-addressed, so sweeps share results), newest first."""
-    c = client()
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    return c.search_runs(exp_ids, f"tags.`rlvr.cache_key` = '{key}' and attributes.status = '{status}'",
-                         order_by=["attributes.start_time DESC"], max_results=max_results) if exp_ids else []
-
-
 def _lookup(stage: str, key: str, repair: bool) -> dict | None:
-    """A cache hit needs both: a FINISHED run tagged with the key and a verified artifact."""
-    runs = _runs_of_key(key, "FINISHED", 1)
+    """A cache hit needs both: a FINISHED run tagged with the key (in any experiment: the key
+    is content-addressed, so sweeps share results) and a verified artifact."""
+    runs = tracking.search_all(f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'FINISHED'")
     d = artifact_dir(stage, key)
     if not runs or not d.exists():
         return None
@@ -315,7 +307,7 @@ def _close_dead_attempts(key: str, run_id: str) -> None:
     """Runs of this key still RUNNING belong to attempts that died without closing them
     (kill -9, OOM, lost pod): we hold the key's lock, so none is alive. Mark them FAILED."""
     c = client()
-    for r in _runs_of_key(key, "RUNNING", 1000):
+    for r in tracking.search_all(f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'RUNNING'", 1000):
         if r.info.run_id != run_id:
             with contextlib.suppress(Exception):
                 c.set_tag(r.info.run_id, "rlvr.error", f"attempt died before finishing; superseded by run {run_id}")

@@ -13,6 +13,14 @@ CURVES = [("reward/mean", "training reward"), ("val/accuracy", "validation accur
           ("response/length_mean", "new tokens per response"), ("tokens/generated_cum", "generated tokens (cum.)")]
 
 
+def save(fig, path: Path) -> Path:
+    """The figure as a PNG at ``path``, closed (every plot of the tables stage)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def training_curves(runs: list[tuple[dict[str, Any], list[dict[str, float]]]], path: Path) -> Path:
     """runs: (summary, metric history rows with a 'step' key)."""
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.4))
@@ -30,10 +38,7 @@ def training_curves(runs: list[tuple[dict[str, Any], list[dict[str, float]]]], p
     # one legend entry per method, also for methods without a line in the first panel (SFT)
     from matplotlib.lines import Line2D
     axes[0].legend(handles=[Line2D([0], [0], color=c, label=m) for m, c in colors.items()], fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def accuracy_bars(df, path: Path) -> Path:
@@ -49,7 +54,4 @@ def accuracy_bars(df, path: Path) -> Path:
         plt.setp(ax.get_xticklabels(), ha="right")
     ax.set_ylabel("held-out mean@k")
     ax.set_title("accuracy, 95% CI over training seeds and problems", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -118,10 +118,7 @@ def rollouts_table(runs: Sequence[Run], baseline: str = "grpo", target: float | 
 
 
 def rollouts_plot(runs: Sequence[Run], target: float, path: Path, baseline: str = "grpo", window: int = 3) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from analysis.plots import plt, save
 
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
     colors: dict[str, str] = {}
@@ -138,18 +135,12 @@ def rollouts_plot(runs: Sequence[Run], target: float, path: Path, baseline: str 
     ax.set_ylabel(f"validation accuracy (mean of last {window})")
     ax.set_title("accuracy vs rollouts")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def tokens_per_update_plot(runs: Sequence[Run], path: Path) -> Path:
     """Mean newly generated tokens per update, by method (VSR's token-accounting figure)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from analysis.plots import plt, save
 
     per: dict[str, list[float]] = {}
     for s, h in runs:
@@ -163,7 +154,4 @@ def tokens_per_update_plot(runs: Sequence[Run], path: Path) -> Path:
     ax.set_title("generation cost per update")
     ax.tick_params(axis="x", labelrotation=30)
     plt.setp(ax.get_xticklabels(), ha="right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
@@ -84,34 +83,32 @@ def _checked_sweep(file: Path):
     return cfg
 
 
+def _sweep_file(ref: str) -> Path | None:
+    """The sweep YAML ``ref`` names: a path, or a name in dags/sweeps; None when neither."""
+    if ref.endswith((".yaml", ".yml")):
+        if not Path(ref).exists():
+            _die(f"{ref}: no such file")
+        return Path(ref).expanduser().resolve()
+    f = DAGS / "sweeps" / f"{ref}.yaml"
+    return f if f.exists() else None
+
+
 def _sweep_name(ref: str) -> str:
-    """The sweep name ``ref`` gives: the ``name`` of an existing sweep YAML, else ``ref`` itself."""
-    if ref.endswith((".yaml", ".yml")) and Path(ref).exists():
-        try:
-            return load_sweep(ref).name
-        except SweepError as e:
-            _die(str(e))
-    return ref
+    """The sweep name ``ref`` gives: the ``name`` of the sweep YAML it names, else ``ref`` itself."""
+    file = _sweep_file(ref)
+    try:
+        return load_sweep(file).name if file else ref
+    except SweepError as e:
+        _die(str(e))
 
 
 def ensure_airflow_db(env: dict[str, str]) -> None:
-    """``airflow db migrate`` once: takes tens of seconds, so a marker records the
-    airflow version it was done for and the check costs one file read."""
-    af = Path(env["AIRFLOW_HOME"])
-    db = af / "airflow.db"
-    marker = af / ".rlvr-migrated"
-    stamp = f"{metadata.version('apache-airflow-core')} {db}"
-    if db.exists() and marker.exists() and marker.read_text().strip() == stamp:
-        return
-    af.mkdir(parents=True, exist_ok=True)
-    typer.echo(f"[rlvr] initialising the Airflow metadata DB at {db} (once) ...", err=True)
-    exe = Path(sys.executable).with_name("airflow")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "airflow"]
-    r = subprocess.run(cmd + ["db", "migrate"], env={**os.environ, **env}, capture_output=True, text=True)
-    if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
-        _die(f"airflow db migrate failed: {' | '.join(tail)}", 1)
-    marker.write_text(stamp + "\n")
+    from components.services.deploy import ServiceError, migrate_airflow_db
+    try:
+        migrate_airflow_db(Path(env["AIRFLOW_HOME"]), {**os.environ, **env},
+                           lambda msg: typer.echo(f"[rlvr] {msg}", err=True))
+    except ServiceError as e:
+        _die(str(e), 1)
 
 
 @app.command()
@@ -184,11 +181,7 @@ def rerun(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name
     latest (or named) Airflow run over its REST API and follow it. In process: run the sweep
     again with that stage recomputed; its downstream reruns where its inputs changed, the rest
     is the cache."""
-    file = _sweep_file(sweep_ref)
-    try:
-        name = load_sweep(file).name if file else sweep_ref
-    except SweepError as e:
-        _die(str(e))
+    file, name = _sweep_file(sweep_ref), _sweep_name(sweep_ref)
     if on_services or run_id:
         from components.services.cli import rerun_on_services
         raise typer.Exit(rerun_on_services(name, stage, cell, run_id, _print_tables))
@@ -204,16 +197,6 @@ def rerun(sweep_ref: str = typer.Argument(..., metavar="SWEEP", help="sweep name
                                                                 " (it is not mapped)"))
     os.environ[lineage.FORCE_ENV] = stage + (f"@{cell}" if cell else "")
     sweep(file, rerun=False, dag=True, on_services=False)
-
-
-def _sweep_file(ref: str) -> Path | None:
-    """The sweep YAML ``ref`` names: a path, or a name in dags/sweeps; None when neither."""
-    if ref.endswith((".yaml", ".yml")):
-        if not Path(ref).exists():
-            _die(f"{ref}: no such file")
-        return Path(ref).expanduser().resolve()
-    f = DAGS / "sweeps" / f"{ref}.yaml"
-    return f if f.exists() else None
 
 
 def _report(dr, state: str) -> None:
@@ -342,12 +325,11 @@ def _print_tables(name: str, plots: bool = False) -> None:
     except LookupError as e:
         _die(str(e), 1)
     out = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
-    local = out / "tables.md"
-    try:
-        text = local.read_text() if local.exists() else Path(c.download_artifacts(run.info.run_id, "tables.md")).read_text()
-    except Exception:  # noqa: BLE001 - no such artifact
+    text = _run_file(c, run.info.run_id, out / "tables.md")
+    if text is None:
         _die(f"run {run.info.run_id} has no tables.md", 1)
-    text += _claims_text(c, run.info.run_id, out / "claims.md")
+    claims = _run_file(c, run.info.run_id, out / "claims.md")   # tables runs before claims existed have none
+    text += "\n" + claims if claims is not None else ""
     if plots and out.is_dir():
         text += "\n**Plots:** " + ", ".join(str(p) for p in sorted(out.glob("*.png"))) + "\n"
     if not sys.stdout.isatty():  # piped: the Markdown itself, unwrapped and diffable
@@ -358,14 +340,12 @@ def _print_tables(name: str, plots: bool = False) -> None:
     Console().print(Markdown(text))
 
 
-def _claims_text(c, run_id: str, local: Path) -> str:
-    """The paper-claim verdicts beside the tables (tables runs before claims existed have none)."""
-    if local.is_file():
-        return "\n" + local.read_text()
+def _run_file(c, run_id: str, local: Path) -> str | None:
+    """A file of a tables run: its local output, else its MLflow artifact; None when it has neither."""
     try:
-        return "\n" + Path(c.download_artifacts(run_id, "claims.md")).read_text()
-    except Exception:  # noqa: BLE001 - an older tables run: no claims.md artifact
-        return ""
+        return local.read_text() if local.is_file() else Path(c.download_artifacts(run_id, local.name)).read_text()
+    except Exception:  # noqa: BLE001 - no such artifact
+        return None
 
 
 tracking_app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -66,11 +66,6 @@ def register_stage(name: str, module_path: str) -> None:
     STAGES[name] = module_path
 
 
-def _stage_tasks(module_path: str) -> tuple[str, ...]:
-    mod = importlib.import_module(module_path.partition(":")[0])
-    return tuple(getattr(mod, "TASKS", ("math",)))
-
-
 def stage_module_path(name: str, params: dict | None = None) -> str:
     """The module of stage ``name``; a ``task`` in its params must be one the module takes
     (its ``TASKS``; math only when it names none)."""
@@ -80,7 +75,8 @@ def stage_module_path(name: str, params: dict | None = None) -> str:
     if name not in STAGES:
         raise StageError(f"unknown stage '{name}' (known: {', '.join(sorted(STAGES))})")
     task = (params or {}).get("task") if isinstance(params, dict) else None
-    if task is not None and task not in (known := _stage_tasks(STAGES[name])):
+    known = () if task is None else getattr(importlib.import_module(STAGES[name]), "TASKS", ("math",))
+    if task is not None and task not in known:
         raise StageError(f"stage '{name}': params.task: unknown task {task!r} (known: {', '.join(known)})",
                          "task", f"unknown task {task!r}")
     return STAGES[name]
@@ -122,12 +118,9 @@ def _key_lock(key: str) -> Iterator[None]:
 
 
 def _lookup(stage: str, key: str, repair: bool) -> dict | None:
-    """A cache hit needs both: a FINISHED run tagged with the key (in any experiment:
-    the key is content-addressed, so sweeps share results) and a verified artifact."""
-    c = client()
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    runs = c.search_runs(exp_ids, f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'FINISHED'",
-                         order_by=["attributes.start_time DESC"], max_results=1) if exp_ids else []
+    """A cache hit needs both: a FINISHED run tagged with the key (in any experiment: the key
+    is content-addressed, so sweeps share results) and a verified artifact."""
+    runs = tracking.search_all(f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'FINISHED'")
     d = artifact_dir(stage, key)
     if not runs or not d.exists():
         return None
@@ -179,7 +172,25 @@ def run_stage(name: str, params: dict, inputs: dict[str, str] | None = None, swe
               parent_run_id: str | None = None, force: bool = False, cell: dict | None = None) -> dict:
     """``cell``: the DAG cell the call is for (model, method, seed, key, label, benchmark);
     it names the MLflow run and tags it (``components.run_card``), never the cache key."""
-    return _run_stage(name, params, inputs, sweep, parent_run_id, force or forced(name, cell), cell)
+    force = force or forced(name, cell)
+    mod = load_stage(name, params)
+    p = check_params(name, params, mod)
+    resolved = _resolve_inputs(name, mod, inputs or {})
+    pdict = p.model_dump(mode="json")
+    code = code_fingerprint(stage_module_path(name, params))
+    key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()}, code)
+    exp_id = ensure_experiment(sweep)
+    if not force and (hit := _lookup(name, key, repair=False)):
+        note(f"[rlvr] {name}: cached ({key[:12]})")
+        return hit
+    with _key_lock(key):
+        if not force and (hit := _lookup(name, key, repair=True)):
+            return hit  # computed by a concurrent process while we waited
+        note(f"[rlvr] {name}: running ({key[:12]})")
+        t0 = time.monotonic()
+        res = _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, cell, code=code)
+        note(f"[rlvr] {name}: finished in {time.monotonic() - t0:.0f}s")
+        return res
 
 
 def forced(name: str, cell: dict | None) -> bool:
@@ -209,27 +220,6 @@ def cached(name: str, key: str) -> dict | None:
     """``run_stage``'s result for ``key`` when it is a verified cache hit (a FINISHED run and
     an intact artifact), else None. Changes nothing: a damaged artifact stays where it is."""
     return _lookup(name, key, repair=False)
-
-
-def _run_stage(name, params, inputs, sweep, parent_run_id, force, cell=None) -> dict:
-    mod = load_stage(name, params)
-    p = check_params(name, params, mod)
-    resolved = _resolve_inputs(name, mod, inputs or {})
-    pdict = p.model_dump(mode="json")
-    code = code_fingerprint(stage_module_path(name, params))
-    key = cache_key(name, mod.VERSION, pdict, {n: m["digest"] for n, (_, m) in resolved.items()}, code)
-    exp_id = ensure_experiment(sweep)
-    if not force and (hit := _lookup(name, key, repair=False)):
-        note(f"[rlvr] {name}: cached ({key[:12]})")
-        return hit
-    with _key_lock(key):
-        if not force and (hit := _lookup(name, key, repair=True)):
-            return hit  # computed by a concurrent process while we waited
-        note(f"[rlvr] {name}: running ({key[:12]})")
-        t0 = time.monotonic()
-        res = _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, cell, code=code)
-        note(f"[rlvr] {name}: finished in {time.monotonic() - t0:.0f}s")
-        return res
 
 
 def _compute(name, mod, p, pdict, resolved, key, exp_id, sweep, parent_run_id, cell=None, code="") -> dict:
@@ -317,9 +307,7 @@ def _close_dead_attempts(key: str, run_id: str) -> None:
     """Runs of this key still RUNNING belong to attempts that died without closing them
     (kill -9, OOM, lost pod): we hold the key's lock, so none is alive. Mark them FAILED."""
     c = client()
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    for r in c.search_runs(exp_ids, f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'RUNNING'",
-                           max_results=1000):
+    for r in tracking.search_all(f"tags.`rlvr.cache_key` = '{key}' and attributes.status = 'RUNNING'", 1000):
         if r.info.run_id != run_id:
             with contextlib.suppress(Exception):
                 c.set_tag(r.info.run_id, "rlvr.error", f"attempt died before finishing; superseded by run {run_id}")
@@ -390,7 +378,12 @@ def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sw
     """Small files as artifacts, CSVs also as MLflow tables, a policy's weights (and, for a
     trained one, a registered model version); an evaluation's numbers also on its policy's run."""
     weights = tracking.WEIGHTS_DIR.get(name)
-    _log_small_artifacts(tracker, final, skip=weights)
+    for p in sorted(final.rglob("*")):
+        if weights and p.relative_to(final).parts[0] == weights and (final / weights).is_dir():
+            continue   # logged whole by tracking.log_weights
+        if p.is_file() and p.suffix in SMALL_ARTIFACT_SUFFIXES and p.stat().st_size < SMALL_ARTIFACT_BYTES:
+            rel_parent = p.parent.relative_to(final).as_posix()
+            tracker.log_artifact(p, None if rel_parent == "." else rel_parent)
     tracking.log_tables(tracker.run_id, final, SMALL_ARTIFACT_BYTES)
     source = tracking.log_weights(tracker, name, final)
     if name == "train" and source:
@@ -399,11 +392,3 @@ def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sw
     if name == "evaluate" and policy.get("run_id") and "mean_at_k" in summary:
         tracking.copy_evaluation(policy["run_id"], tracker.run_id, ident, summary)
 
-
-def _log_small_artifacts(tracker: MlflowTracker, d: Path, skip: str | None = None) -> None:
-    for p in sorted(d.rglob("*")):
-        if skip and p.relative_to(d).parts[0] == skip and (d / skip).is_dir():
-            continue   # logged whole by tracking.log_weights
-        if p.is_file() and (p.suffix in SMALL_ARTIFACT_SUFFIXES) and p.stat().st_size < SMALL_ARTIFACT_BYTES:
-            rel_parent = p.parent.relative_to(d).as_posix()
-            tracker.log_artifact(p, None if rel_parent == "." else rel_parent)

@@ -66,16 +66,13 @@ def begin(home: Path, sweep: str) -> Path:
 
 def commit(home: Path, sweep: str, fp: str, tmp: Path) -> Path:
     """Keep the calls of a successful run (deduplicated, in first-call order), atomically."""
-    calls, seen = [], set()
+    calls: dict[tuple[str, str], dict] = {}
     for line in tmp.read_text(encoding="utf-8").splitlines():
         c = json.loads(line)
-        k = (c["stage"], c["cache_key"])
-        if k not in seen:
-            seen.add(k)
-            calls.append(c)
+        calls.setdefault((c["stage"], c["cache_key"]), c)
     out = receipt_path(home, sweep)
     part = out.with_name(out.name + ".part")
-    part.write_text(json.dumps({"sweep": sweep, "fingerprint": fp, "calls": calls}, indent=1))
+    part.write_text(json.dumps({"sweep": sweep, "fingerprint": fp, "calls": list(calls.values())}, indent=1))
     os.replace(part, out)
     tmp.unlink(missing_ok=True)
     return out

@@ -80,11 +80,9 @@ class StagesConfig(_Strict):
 
 
 def _no_duplicates(values: list, what: str) -> list:
-    seen = set()
     for i, v in enumerate(values):
-        if v in seen:
+        if v in values[:i]:
             raise ValueError(f"duplicate {what} {v!r} (entry {i})")
-        seen.add(v)
     return values
 
 
@@ -216,21 +214,17 @@ class Sweep(_Strict):
                                      "true if on purpose")
         return self
 
-    @model_validator(mode="after")
-    def _model_train_keys(self) -> "Sweep":
-        for model in self.model_train:
-            if model not in self.models:
-                raise FieldError(f"model_train.{model}", f"{model!r} is not one of the sweep's models "
-                                 f"({', '.join(self.models)})")
-        return self
+    def _check_model(self, where: str, model: str, why: str = "") -> None:
+        if model not in self.models:
+            raise FieldError(where, f"{model!r} is not one of the sweep's models ({', '.join(self.models)}){why}")
 
     @model_validator(mode="after")
-    def _model_data(self) -> "Sweep":
+    def _per_model_keys(self) -> "Sweep":
+        for model in self.model_train:
+            self._check_model(f"model_train.{model}", model)
         mixtures = self.stages.prepare_data.get("mixtures", {})
         for model, name in self.model_data.items():
-            if model not in self.models:
-                raise FieldError(f"model_data.{model}", f"{model!r} is not one of the sweep's models "
-                                 f"({', '.join(self.models)})")
+            self._check_model(f"model_data.{model}", model)
             if name not in mixtures:
                 raise FieldError(f"model_data.{model}", f"{name!r} is not one of stages.prepare_data.mixtures "
                                  f"({', '.join(mixtures) or 'none'})")
@@ -245,11 +239,8 @@ class Sweep(_Strict):
         # neither is almost always a typo of a model_specs key, so say so early.
         for field in ("models", "teachers"):
             for i, m in enumerate(getattr(self, field)):
-                if m in self.model_specs:
-                    continue
-                if "/" in m or Path(m).expanduser().exists():
-                    continue
-                raise FieldError(f"{field}[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
+                if m not in self.model_specs and "/" not in m and not Path(m).expanduser().exists():
+                    raise FieldError(f"{field}[{i}]", f"{m!r} is not a key of model_specs nor a path / HF id")
         return self
 
     @model_validator(mode="after")
@@ -278,9 +269,9 @@ class Sweep(_Strict):
     @model_validator(mode="after")
     def _filter_model(self) -> "Sweep":
         fm = self.stages.filter_hard.get("filter_model")
-        if fm is not None and fm not in self.models:
-            raise FieldError("stages.filter_hard.filter_model", f"{fm!r} is not one of the sweep's models "
-                             f"({', '.join(self.models)}): the hard subset comes from a model that is pretrained here")
+        if fm is not None:
+            self._check_model("stages.filter_hard.filter_model", fm,
+                              ": the hard subset comes from a model that is pretrained here")
         return self
 
     @model_validator(mode="after")
@@ -389,25 +380,20 @@ def sweep_digest(cfg: Sweep) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _from_validation(file: str, err: ValidationError) -> SweepError:
-    field, problem = validation_problem(err)
-    return SweepError(one_line(f"{file}: {field}: {problem}"))
-
-
 def parse_sweep(data: Any, file: str = "<sweep>") -> Sweep:
     if not isinstance(data, dict):
         raise SweepError(f"{file}: <root>: expected a mapping of sweep fields, got {type(data).__name__}")
     try:
         return Sweep.model_validate(data)
     except ValidationError as e:
-        raise _from_validation(file, e) from None
+        field, problem = validation_problem(e)
+        raise SweepError(one_line(f"{file}: {field}: {problem}")) from None
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    path = Path(path)
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise SweepError(f"{file}: <file>: {e.strerror or e}") from None
     try:

@@ -67,8 +67,6 @@ def open_sweep_run(name: str, snapshot: dict[str, Any], airflow_run: str) -> tup
 
 def sweep_wall_time(airflow_run: str) -> str | None:
     """``rlvr.wall_time`` of the sweep run of this Airflow run (``<dag id>/<run id>``), if closed."""
-    from components.tracking import client
-    c = client()
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    found = c.search_runs(exp_ids, f"tags.`{RUN_TAG}` = '{airflow_run}'", max_results=1) if exp_ids else []
+    from components.tracking import search_all
+    found = search_all(f"tags.`{RUN_TAG}` = '{airflow_run}'")
     return found[0].data.tags.get("rlvr.wall_time") if found else None

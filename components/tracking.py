@@ -289,6 +289,14 @@ def summarise_sweep(run_id: str, out: Path, tables_run: str) -> dict[str, float]
     return metrics
 
 
+def search_all(filter_string: str, max_results: int = 1) -> list:
+    """The runs matching ``filter_string`` in every experiment, newest first."""
+    c = client()
+    exp_ids = [e.experiment_id for e in c.search_experiments()]
+    return c.search_runs(exp_ids, filter_string, order_by=["attributes.start_time DESC"],
+                         max_results=max_results) if exp_ids else []
+
+
 def sweep_runs_url(base: str, sweep: str | None) -> str:
     """The runs page of ``sweep``'s experiment (default: the experiment of the latest sweep run)."""
     c = client()
@@ -297,9 +305,7 @@ def sweep_runs_url(base: str, sweep: str | None) -> str:
         if exp is None:
             raise LookupError(f"no MLflow experiment '{sweep}' in {tracking_uri()}")
         return runs_url(base, exp.experiment_id)
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    latest = c.search_runs(exp_ids, "tags.`rlvr.kind` = 'sweep'", order_by=["attributes.start_time DESC"],
-                           max_results=1) if exp_ids else []
+    latest = search_all("tags.`rlvr.kind` = 'sweep'")
     if not latest:
         raise LookupError(f"no sweep run in {tracking_uri()} yet (rlvr sweep FILE)")
     return runs_url(base, latest[0].info.experiment_id)
@@ -307,11 +313,8 @@ def sweep_runs_url(base: str, sweep: str | None) -> str:
 
 def latest_tables_run(sweep: str):
     """The latest FINISHED ``tables`` stage run of ``sweep`` (LookupError when there is none)."""
-    c = client()
-    exp_ids = [e.experiment_id for e in c.search_experiments()]
-    runs = c.search_runs(exp_ids, f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{sweep}' "
-                                  "and attributes.status = 'FINISHED'",
-                         order_by=["attributes.start_time DESC"], max_results=1) if exp_ids else []
+    runs = search_all(f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{sweep}' "
+                      "and attributes.status = 'FINISHED'")
     if not runs:
         raise LookupError(f"no finished 'tables' run for sweep '{sweep}' in {tracking_uri()}")
     return runs[0]

@@ -106,63 +106,9 @@ FACTS = {"facts.methods": methods_fact, "facts.bad_input": bad_input_fact}
 
 # ---- sweeps: blocks written from a sweep's tables run ----
 
-def sweep_tables(name: str) -> str:
-    """tables.md + claims.md of the sweep's latest FINISHED tables run, with its provenance."""
-    from components import lineage, tracking
-
-    c = lineage.client()
-    try:
-        run = tracking.latest_tables_run(name)
-    except LookupError as e:
-        raise LookupError(f"{e} (run: rlvr sweep dags/sweeps/{name}.yaml)") from None
-    out = Path(run.data.tags.get("rlvr.output_uri", "/nonexistent"))
-    parts = []
-    for f in ("tables.md", "claims.md"):
-        p = out / f if (out / f).is_file() else Path(c.download_artifacts(run.info.run_id, f))
-        text = _demote(p.read_text())
-        if not any(text in x for x in parts):  # a pre-registered sweep's tables.md already ends with claims.md
-            parts.append(text)
-    how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); "
-           f"written here by `scripts/readme_tables.py` from its tables run, never typed; "
-           f"{provenance(run.data.tags)}.*\n")
-    return how + "\n" + "\n".join(parts)
-
-
-def provenance(tags: dict[str, str]) -> str:
-    """The commit the tables run was computed at (every stage it reads is a cache entry whose
-    key holds that stage's code fingerprint, so the same commit recomputes the same inputs)."""
-    commit = tags.get("mlflow.source.git.commit")
-    code = tags.get("rlvr.code", "")[:12]
-    if commit:
-        return f"computed at commit `{commit[:10]}`"
-    return f"commit not recorded (tables code fingerprint `{code}`)"
-
-
-def _demote(md: str) -> str:
-    # the stage's "## " titles become "#### " so they sit under the page's own sections
-    return re.sub(r"(?m)^## ", "#### ", md)
-
-
-def power_tables(name: str) -> str:
-    """The power calculation on the evaluate results behind the sweep's latest tables run."""
-    from analysis.power import PROBLEM_COUNTS, power_markdown, sweep_results
-    from components import tracking
-
-    try:
-        run = tracking.latest_tables_run(name)
-    except LookupError as e:
-        raise LookupError(f"{e} (run: rlvr sweep dags/sweeps/{name}.yaml)") from None
-    how = (f"*Printed by `python -m analysis.power {name}`; written here by `scripts/readme_tables.py`, never "
-           f"typed; from the evaluate results of the sweep's tables run, {provenance(run.data.tags)}.*\n")
-    return how + "\n" + _demote(power_markdown(sweep_results(name), PROBLEM_COUNTS))
-
-
-PLOTS = REPO / "docs" / "plots"
-IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<file>analysis_[A-Za-z0-9_]+\.png)\)")
-
-
-def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
-    """The papers' analyses of the sweep's latest tables run, and its plots ({docs path: bytes})."""
+def tables_run(name: str):
+    """The sweep's latest FINISHED tables run, and a reader of its files' bytes (its local
+    output, else its MLflow artifact)."""
     from components import lineage, tracking
 
     try:
@@ -174,7 +120,53 @@ def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
     def read(f: str) -> bytes:
         p = out / f if (out / f).is_file() else Path(lineage.client().download_artifacts(run.info.run_id, f))
         return p.read_bytes()
+    return run, read
 
+
+def sweep_tables(name: str) -> str:
+    """tables.md + claims.md of the sweep's latest FINISHED tables run, with its provenance."""
+    run, read = tables_run(name)
+    parts = []
+    for f in ("tables.md", "claims.md"):
+        text = _demote(read(f).decode())
+        if not any(text in x for x in parts):  # a pre-registered sweep's tables.md already ends with claims.md
+            parts.append(text)
+    how = (f"*Printed by `rlvr sweep dags/sweeps/{name}.yaml` (then `rlvr tables {name}`); "
+           f"written here by `scripts/readme_tables.py` from its tables run, never typed; "
+           f"{provenance(run.data.tags)}.*\n")
+    return how + "\n" + "\n".join(parts)
+
+
+def provenance(tags: dict[str, str]) -> str:
+    """The commit the tables run was computed at (every stage it reads is a cache entry whose
+    key holds that stage's code fingerprint, so the same commit recomputes the same inputs)."""
+    if commit := tags.get("mlflow.source.git.commit"):
+        return f"computed at commit `{commit[:10]}`"
+    return f"commit not recorded (tables code fingerprint `{tags.get('rlvr.code', '')[:12]}`)"
+
+
+def _demote(md: str) -> str:
+    # the stage's "## " titles become "#### " so they sit under the page's own sections
+    return re.sub(r"(?m)^## ", "#### ", md)
+
+
+def power_tables(name: str) -> str:
+    """The power calculation on the evaluate results behind the sweep's latest tables run."""
+    from analysis.power import PROBLEM_COUNTS, power_markdown, sweep_results
+
+    run, _ = tables_run(name)
+    how = (f"*Printed by `python -m analysis.power {name}`; written here by `scripts/readme_tables.py`, never "
+           f"typed; from the evaluate results of the sweep's tables run, {provenance(run.data.tags)}.*\n")
+    return how + "\n" + _demote(power_markdown(sweep_results(name), PROBLEM_COUNTS))
+
+
+PLOTS = REPO / "docs" / "plots"
+IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<file>analysis_[A-Za-z0-9_]+\.png)\)")
+
+
+def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
+    """The papers' analyses of the sweep's latest tables run, and its plots ({docs path: bytes})."""
+    run, read = tables_run(name)
     try:
         md = read("analyses.md").decode()
     except Exception as e:  # noqa: BLE001 -- mlflow raises its own types for a missing artifact
@@ -188,11 +180,6 @@ def analyses_tables(name: str) -> tuple[str, dict[Path, bytes]]:
            f"`scripts/readme_tables.py` from its tables run's `analyses.md`, plots copied to `docs/plots/{name}/`, "
            f"never typed; {provenance(run.data.tags)}.*\n")
     return how + "\n" + md, files
-
-
-def source_body(name: str) -> str:
-    """The body block ``name`` should hold (LookupError: a sweep with no finished tables run)."""
-    return source(name)[0]
 
 
 def source(name: str) -> tuple[str, dict[Path, bytes]]:

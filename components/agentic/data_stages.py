@@ -72,9 +72,7 @@ class EpisodeStages:
         runs = rollout_episodes(engine, make, [Start(s, (), str(s), params.k) for s in pool],
                                 SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.seed),
                                 purpose="filter", encode=prompt_encoder(tok, params.prompt_template))
-        wins = Counter()
-        for r in runs:
-            wins[r.start.seed] += r.won
+        wins = Counter(r.start.seed for r in runs if r.won)
         kept = [{"seed": s, "base_successes": wins[s], "base_samples": params.k, "base_pass_rate": wins[s] / params.k}
                 for s in pool if params.min_successes <= wins[s] <= params.c][: params.max_prompts]
         write_json(ctx.out_dir / "train.json", kept)

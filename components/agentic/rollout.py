@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from components.algos.gigpo import Episode
 from components.engine.base import RolloutEngine, Request, SamplingParams
-from components.envs.base import EnvError
+from components.envs.base import EnvError, replay
 
 __all__ = ["Start", "TurnRecord", "EpisodeRun", "EpisodeGroup", "EpisodeContext", "rollout_episodes",
            "to_gigpo_episodes", "prompt_encoder", "success_rate"]
@@ -173,13 +173,7 @@ def rollout_episodes(engine: RolloutEngine, make_env: Callable, starts: Sequence
     runs, envs = [], []
     for s in starts:
         for _ in range(s.n):
-            env = make_env()
-            env.reset(s.seed)
-            for i, a in enumerate(s.prefix):
-                if env.done:
-                    raise EnvError(f"{env.name}: replayed prefix of seed {s.seed} ended at action {i} "
-                                   f"of {len(s.prefix)}")
-                env.step(a)
+            env, _ = replay(make_env, s.seed, s.prefix)
             if env.done:
                 raise EnvError(f"{env.name}: replayed prefix of seed {s.seed} ({len(s.prefix)} actions) "
                                "ends the episode: nothing left to generate")

@@ -85,13 +85,12 @@ class TRACE(Method):
     Config = TRACEConfig
 
     def __init__(self, config: TRACEConfig):
-        self.config = config
+        super().__init__(config)
         self.w = np.zeros(DIM)
         self.p0: dict[int, float] = {}
         # anchor key -> [seed, actions, depth, cum_reward, invalid, last_reward, inserted step]
         self.anchors: dict[str, list] = {}
         self.step = 0
-        self.last: dict[str, float] = {}
 
     def setup(self, seeds: Sequence[int], resources: dict[str, Any]) -> None:
         for s, rate in (resources.get("p0") or {}).items():
@@ -117,8 +116,9 @@ class TRACE(Method):
             out.append(Start(seed, tuple(acts), _key(seed, acts) if acts else f"{seed}", self.config.n,
                              (("p_hat", float(p[i])), ("depth", depth), ("anchor", _key(seed, acts)))))
         roots = sum(1 for s in out if not s.prefix)
-        self.last = {"roots": float(roots), "prefixes": float(len(out) - roots), "anchors": float(len(self.anchors)),
-                     "p_hat_mean": float(np.mean([dict(s.meta)["p_hat"] for s in out])) if out else math.nan}
+        self.last_stats = {"roots": float(roots), "prefixes": float(len(out) - roots),
+                           "anchors": float(len(self.anchors)),
+                           "p_hat_mean": float(np.mean([dict(s.meta)["p_hat"] for s in out])) if out else math.nan}
         return ctx.sample_groups(out, self.config.n)
 
     # ---- learning -----------------------------------------------------------------------
@@ -151,8 +151,8 @@ class TRACE(Method):
             X, y = np.stack(X), np.array(y)
             for _ in range(c.sgd_epochs):
                 self.w = logistic_step(self.w, X, y, c.lr, c.l2)
-            self.last["train_logloss"] = float(-np.mean(y * np.log(sigmoid(X @ self.w) + 1e-12)
-                                                        + (1 - y) * np.log(1 - sigmoid(X @ self.w) + 1e-12)))
+            self.last_stats["train_logloss"] = float(-np.mean(y * np.log(sigmoid(X @ self.w) + 1e-12)
+                                                              + (1 - y) * np.log(1 - sigmoid(X @ self.w) + 1e-12)))
         self._evict()
 
     def _evict(self) -> None:
@@ -164,9 +164,6 @@ class TRACE(Method):
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last)
 
     def state_dict(self) -> dict[str, Any]:
         return {"w": self.w.tolist(), "p0": {str(k): v for k, v in self.p0.items()},

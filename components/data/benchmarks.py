@@ -29,12 +29,12 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, model_validator
 
 from components.data import arith_benchmark
-from components.data.loaders import LoadReport, OnError, Problems, collect, iter_rows
+from components.data.loaders import LoadReport, OnError, Problems, collect, iter_rows, source_rows
 from components.data.schema import (AnswerText, DataError, OptionalAnswerText, Problem, Row, answer_text, null_as,
                                     validate_row)
 from components.error_text import FieldError
@@ -321,15 +321,6 @@ def benchmark_root(root: str | Path | None = None) -> Path:
     return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
 
 
-def _hf_rows(spec: BenchmarkSpec, hf_name: str | None) -> Iterator[tuple[str, Any]]:
-    import datasets
-
-    name, config, split = spec.hf
-    ds = datasets.load_dataset(hf_name or name, config, split=split)
-    for i, row in enumerate(ds, 1):
-        yield f"{hf_name or name}[{split}]:{i}", dict(row)
-
-
 def load_benchmark(name: str, root: str | Path | None = None, *, file: str | None = None,
                    source: Literal["local", "hf"] = "local", hf_name: str | None = None,
                    on_error: OnError = "raise", limit: int | None = None) -> Problems:
@@ -344,7 +335,8 @@ def load_benchmark(name: str, root: str | Path | None = None, *, file: str | Non
         raise KeyError(f"unknown benchmark '{name}' (known: {', '.join(benchmark_names())})")
     spec = BENCHMARKS[name]
     if source == "hf":
-        rows, where = _hf_rows(spec, hf_name), hf_name or spec.hf[0]
+        hf_id, config, split = spec.hf
+        rows, where = source_rows(hf_name or hf_id, config, split), hf_name or hf_id
     elif source == "local":
         path = benchmark_root(root) / name / (file or spec.file)
         rows, where = iter_rows(path), str(path)

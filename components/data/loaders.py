@@ -297,9 +297,6 @@ def source_rows(path_or_name: str | Path, config: str | None = None, split: str 
         yield f"{path_or_name}[{config or 'default'}/{split}]:{i}", row
 
 
-_openr1_sources = source_rows  # the name before MATH and DAPO read the same kinds of source
-
-
 class OpenR1Row(Row):
     PER_GENERATION: ClassVar[tuple[str, ...]] = ("correctness_math_verify", "is_reasoning_complete", "finish_reasons")
     problem: str
@@ -350,5 +347,5 @@ def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | 
                 "correctness_count": row.get("correctness_count")}
         return Problem(uid=uid, prompt=r.problem, answer=r.answer, source=source, traces=traces, meta=meta)
 
-    return collect(_openr1_sources(path_or_name, config, split), convert,
+    return collect(source_rows(path_or_name, config, split), convert,
                    report=LoadReport(str(path_or_name)), on_error=on_error, limit=limit)

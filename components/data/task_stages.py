@@ -172,10 +172,16 @@ class ProblemStages:
         return {**info, "base_pass_rate": rates, "probe_clip_ratio": clip}
 
 
+def _write_pools(ctx, **pools) -> dict[str, int]:
+    """``<name>.jsonl`` per pool in the stage's output; the rows written, by name."""
+    from components.data.schema import write_problems
+
+    return {name: write_problems(ctx.out_dir / f"{name}.jsonl", problems) for name, problems in pools.items()}
+
+
 def write_pools(params, ctx) -> dict:
     if params.source != "synthetic":
         return read_real(params, ctx)
-    from components.data.schema import write_problems
     from components.data.synthetic import generate_problems
 
     p = params
@@ -191,10 +197,7 @@ def write_pools(params, ctx) -> dict:
     probe = [x for i, lv in enumerate(p.probe_levels)
              for x in generate_problems(p.probe_per_level, [lv], seed=p.seed * 3 + 1000 + i,
                                         operand_digits=p.operand_digits, source="synthetic-probe", exclude=used)]
-    counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", pretrain),
-              "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
-              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout),
-              "probe": write_problems(ctx.out_dir / "probe.jsonl", probe)}
+    counts = _write_pools(ctx, pretrain=pretrain, train_pool=pool, heldout_pool=heldout, probe=probe)
     (ctx.out_dir / "stats.json").write_text(json.dumps(counts, indent=2))
     ctx.tracker.log_metrics({f"rows/{k}": v for k, v in counts.items()})
     return counts
@@ -204,7 +207,6 @@ def read_real(p, ctx) -> dict:
     import numpy as np
 
     from components.data import loaders
-    from components.data.schema import write_problems
 
     load = {"openr1": loaders.load_openr1, "math": loaders.load_math, "dapo17k": loaders.load_dapo17k}[p.source]
     problems = load(p.path, on_error=p.on_error, limit=p.limit)
@@ -214,10 +216,7 @@ def read_real(p, ctx) -> dict:
     n_held = int(round(p.heldout_fraction * len(problems)))
     heldout = [problems[i] for i in sorted(order[:n_held])]
     pool = [problems[i] for i in sorted(order[n_held:])]
-    counts = {"pretrain": write_problems(ctx.out_dir / "pretrain.jsonl", []),
-              "train_pool": write_problems(ctx.out_dir / "train_pool.jsonl", pool),
-              "heldout_pool": write_problems(ctx.out_dir / "heldout_pool.jsonl", heldout),
-              "probe": write_problems(ctx.out_dir / "probe.jsonl", [])}
+    counts = _write_pools(ctx, pretrain=[], train_pool=pool, heldout_pool=heldout, probe=[])
     rep = problems.report
     report = {k: v for k, v in vars(rep).items() if k != "errors"}
     (ctx.out_dir / "stats.json").write_text(json.dumps({**counts, "load": report, "errors": rep.errors},

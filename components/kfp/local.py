@@ -31,6 +31,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import yaml
 from google.protobuf import json_format
@@ -51,14 +52,9 @@ class _ProcessHandler(subprocess_task_handler.SubprocessTaskHandler):
     log: Path | None = None
     lock = threading.Lock()
 
-    def validate_image(self, image):  # the image is named, not pulled
-        pass
-
-    def validate_not_container_component(self, full_command):
-        pass
-
-    def validate_not_containerized_python_component(self, full_command):
-        pass
+    # the image is named, not pulled; any command runs as a local process
+    validate_image = validate_not_container_component = validate_not_containerized_python_component = \
+        lambda self, _: None
 
     def run(self) -> status.Status:
         cmd = list(self.full_command)
@@ -128,7 +124,6 @@ def _loop_bindings(spec: pipeline_spec_pb2.PipelineSpec) -> dict[str, tuple[str,
     return out
 
 
-@contextlib.contextmanager
 def _loop_items(bindings: dict[str, tuple[str, str]]):
     original = io.IOStore.get_parent_input
 
@@ -139,41 +134,10 @@ def _loop_items(bindings: dict[str, tuple[str, str]]):
             if key not in bindings:
                 raise
             return self.get_task_output(*bindings[key])
-
-    io.IOStore.get_parent_input = get_parent_input
-    try:
-        yield
-    finally:
-        io.IOStore.get_parent_input = original
+    return mock.patch.object(io.IOStore, "get_parent_input", get_parent_input)
 
 
 DRY = {"stage": _dry_stage, "start-sweep": _dry_start, "end-sweep": lambda cmd: 0}
-
-
-@contextlib.contextmanager
-def _plain_print():
-    """kfp.local indents a task's prints by swapping ``builtins.print`` for a wrapper and back;
-    its DAG orchestrator runs tasks on threads, so interleaved swaps leak wrappers that nest one
-    level deeper per task (a 200-task dry run spent minutes per task and wrote 900 MB of
-    indentation). Our steps print from their own processes, so the indentation is not needed."""
-    original_cm, original_print = logging_utils.indented_print, builtins.print
-    logging_utils.indented_print = lambda num_spaces=4: contextlib.nullcontext()
-    try:
-        yield
-    finally:
-        logging_utils.indented_print, builtins.print = original_cm, original_print
-
-
-@contextlib.contextmanager
-def _handler(env: dict, dry_run: bool, log: Path):
-    # kfp's task dispatcher looks the class up on the module at each task
-    original = subprocess_task_handler.SubprocessTaskHandler
-    _ProcessHandler.env, _ProcessHandler.dry_run, _ProcessHandler.log = env, dry_run, log
-    subprocess_task_handler.SubprocessTaskHandler = _ProcessHandler
-    try:
-        yield
-    finally:
-        subprocess_task_handler.SubprocessTaskHandler = original
 
 
 def run_local(file: str | Path, home: str | Path, bin_dir: str | None = None, dry_run: bool = False,
@@ -195,7 +159,16 @@ def run_local(file: str | Path, home: str | Path, bin_dir: str | None = None, dr
                raise_on_error=True)
     t0 = time.monotonic()
     error = None
-    with _plain_print(), _handler(env, dry_run, log_path), _loop_items(_loop_bindings(spec)):
+    _ProcessHandler.env, _ProcessHandler.dry_run, _ProcessHandler.log = env, dry_run, log_path
+    # kfp.local indents a task's prints by swapping ``builtins.print`` for a wrapper and back; its
+    # DAG orchestrator runs tasks on threads, so interleaved swaps leak wrappers that nest one level
+    # deeper per task (a 200-task dry run spent minutes per task and wrote 900 MB of indentation).
+    # Our steps print from their own processes: no indentation, and print restored at the end.
+    # kfp's task dispatcher looks the handler class up on the module at each task.
+    with mock.patch.object(logging_utils, "indented_print", lambda num_spaces=4: contextlib.nullcontext()), \
+            mock.patch.object(builtins, "print", builtins.print), \
+            mock.patch.object(subprocess_task_handler, "SubprocessTaskHandler", _ProcessHandler), \
+            _loop_items(_loop_bindings(spec)):
         try:
             pipeline(**(arguments or {}))
         except Exception as e:  # noqa: BLE001 - a failed step or kfp.local itself: reported with the steps run

@@ -18,7 +18,7 @@ registry refuses a class that does not.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -78,6 +78,12 @@ class Group:
         self.reasons += other.reasons
         self.finish_reasons += other.finish_reasons
         self.meta["round_of_sample"] += [t] * other.n
+
+    def subset(self, idx: Sequence[int], meta: dict[str, Any]) -> "Group":
+        """The samples ``idx`` (in that order) as a group of the same context, with ``meta``."""
+        pick = lambda xs: [xs[i] for i in idx] if len(xs) == self.n else list(xs)  # noqa: E731
+        return replace(self, responses=pick(self.responses), texts=pick(self.texts), rewards=pick(self.rewards),
+                       reasons=pick(self.reasons), finish_reasons=pick(self.finish_reasons), meta=meta)
 
     def trajectory(self, i: int, eos: int | None = None) -> list[int]:
         """Sample ``i`` from the prompt on: the replayed prefix, then its response (EOS dropped)."""
@@ -166,6 +172,7 @@ class Method:
     # ---------------------------------------------------------------- lifecycle
     def __init__(self, config: MethodConfig):
         self.config = config
+        self.last_stats: dict[str, float] = {}   # numbers about the last step (``step_stats``)
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         """Called once before training with the training problems and stage inputs."""
@@ -186,8 +193,9 @@ class Method:
         """The step's groups, after rollout and before the update."""
 
     def step_stats(self) -> dict[str, float]:
-        """Numbers about the last step, logged as ``method/<key>``."""
-        return {}
+        """Numbers about the last step, logged as ``method/<key>``: ``last_stats`` (a plug-in's
+        ``__init__`` need not call this class's, so it may have none)."""
+        return dict(getattr(self, "last_stats", {}))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state a resumed run needs (checkpointed with the weights)."""

@@ -156,7 +156,8 @@ class CERO(Method):
     Config = CEROConfig
 
     def __init__(self, config: CEROConfig):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.post = BetaCounts(c.prior_a, c.prior_b, c.decay, c.success_threshold)
         v0 = float(expected_bernoulli_variance(c.prior_a, c.prior_b))
         self.lam0 = v0 * math.exp(-c.n_mean / c.k)
@@ -166,11 +167,7 @@ class CERO(Method):
         self.t = 0
         self.spent = 0
         self.allowed = 0
-        self.last_stats: dict[str, float] = {}
         self._alloc: dict[str, int] = {}
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def value(self, uid: str) -> float:
         return float(expected_bernoulli_variance(*self.post.params(uid)))

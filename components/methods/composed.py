@@ -62,8 +62,8 @@ def _tag(groups: list[Group], p_hat: Sequence[float]) -> None:
 
 class _WithVSR(Method):
     def __init__(self, config):
-        self.config, self.vsr = config, VSR(config.vsr)
-        self.last_stats: dict[str, float] = {}
+        super().__init__(config)
+        self.vsr = VSR(config.vsr)
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.vsr.setup(problems, resources)

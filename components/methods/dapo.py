@@ -74,6 +74,14 @@ def _keep(g: Group) -> bool:
     return len(g.rewards) == 1 or float(np.std(g.rewards)) > 0
 
 
+def draw_unused(pool: Sequence[Problem], k: int, used: set[str], rng: np.random.Generator) -> list[Problem]:
+    """Up to ``k`` problems of ``pool`` whose uid is not in ``used``, drawn without replacement."""
+    left = [p for p in pool if p.uid not in used]
+    if k <= 0 or not left:
+        return []
+    return [left[i] for i in rng.choice(len(left), size=min(k, len(left)), replace=False).tolist()]
+
+
 def discard(ctx: RolloutContext, groups: Sequence[Group], keep_idx: Sequence[Sequence[int]] | None = None) -> None:
     """Move the generated tokens of ``groups`` (or of the samples NOT in ``keep_idx[j]``) to "discarded"."""
     tokens = seqs = 0
@@ -92,25 +100,17 @@ class DAPO(Stateless):
     Config = DAPOConfig
 
     def __init__(self, config: DAPOConfig):
-        self.config = config
+        super().__init__(config)
         self.problems: list[Problem] = []
-        self.last_stats: dict[str, float] = {}
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         self.problems = list(problems)
-
-    def _draw(self, k: int, used: set[str], rng: np.random.Generator) -> list[Problem]:
-        pool = [p for p in self.problems if p.uid not in used]
-        if k <= 0 or not pool:
-            return []
-        idx = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
-        return [pool[i] for i in idx.tolist()]
 
     def rollout(self, batch: Sequence[Problem], ctx: RolloutContext, rng: np.random.Generator) -> list[Group]:
         c, B = self.config, len(batch)
         per_round = math.ceil(c.gen_batch_multiplier * B - 1e-9)
         used = {p.uid for p in batch}
-        probs = list(batch) + self._draw(per_round - B, used, rng)
+        probs = list(batch) + draw_unused(self.problems, per_round - B, used, rng)
         kept: list[Group] = []
         dropped: list[Group] = []
         rounds = rollouts = 0
@@ -123,7 +123,7 @@ class DAPO(Stateless):
                 (kept if _keep(g) else dropped).append(g)
             if len(kept) >= B or rounds >= c.max_num_gen_batches:
                 break
-            probs = self._draw(per_round, used, rng)
+            probs = draw_unused(self.problems, per_round, used, rng)
         dropped += kept[B:]
         kept = kept[:B]
         discard(ctx, dropped)
@@ -153,6 +153,3 @@ class DAPO(Stateless):
         if self.problems:
             per_round = min(per_round, max(batch_size, len(self.problems)))
         return per_round * self.config.n
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)

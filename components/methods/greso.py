@@ -43,7 +43,7 @@ at most ``S`` is the last one (the step trains on what it has then), and so is a
 uses up the candidates. Kept groups beyond ``B`` and the dropped ones are metered as
 ``"discarded"``. Every group rolled out, kept or not, enters the traces and the easy/hard
 ratios (the official code records rewards before filtering). ``rollouts_per_step(B)`` is then
-round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last["rollouts"]``
+round 0's ``S * n`` (the minimum when S candidates pass the skip rule); ``last_stats["rollouts"]``
 is what the step generated.
 
 Epoch index: ``step * batch_size // len(training set)``, matching the trainer's batch order.
@@ -133,14 +133,13 @@ class GRESO(Method):
     Config = GRESOConfig
 
     def __init__(self, config: GRESOConfig):
-        self.config = config
+        super().__init__(config)
         self.traces: dict[str, list[list]] = {}     # uid -> [[step, mean], ...]
         self.p_easy = float(config.p_easy_init)
         self.p_hard = float(config.p_hard_init)
         self.step = 0
         self.epoch = 0
         self.pool: list[Problem] = []
-        self.last: dict[str, float] = {}
         self.graph = graph_estimator(config)
         self._rolled: list[Group] | None = None     # adaptive: every group of the step, kept or not
 
@@ -197,9 +196,8 @@ class GRESO(Method):
         if self.config.batch_filling == "adaptive":
             return self._rollout_adaptive(batch, ctx, rng)
         chosen, stats = self.select(batch, rng)
-        self.last = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
-        items = ctx.prompt_items(chosen)
-        return ctx.sample_groups(items, self.config.n)
+        self.last_stats = {**stats, "p_easy": self.p_easy, "p_hard": self.p_hard}
+        return ctx.sample_groups(ctx.prompt_items(chosen), self.config.n)
 
     def _rollout_adaptive(self, batch: Sequence[Problem], ctx: RolloutContext,
                           rng: np.random.Generator) -> list[Group]:
@@ -236,10 +234,10 @@ class GRESO(Method):
         out = kept[:B]
         discard(ctx, [g for g in rolled if not _trainable(g)] + kept[B:])
         self._rolled = rolled
-        self.last = {"skipped": float(skipped), "examined": float(pos), "gen_rounds": float(rounds),
-                     "rollouts": float(sum(g.n for g in rolled)), "kept_groups": float(len(out)),
-                     "discarded_groups": float(len(rolled) - len(out)),
-                     "p_easy": self.p_easy, "p_hard": self.p_hard}
+        self.last_stats = {"skipped": float(skipped), "examined": float(pos), "gen_rounds": float(rounds),
+                           "rollouts": float(sum(g.n for g in rolled)), "kept_groups": float(len(out)),
+                           "discarded_groups": float(len(rolled) - len(out)),
+                           "p_easy": self.p_easy, "p_hard": self.p_hard}
         return out
 
     def _adapt(self, p: float, ratio: float, target: float) -> float:
@@ -275,17 +273,17 @@ class GRESO(Method):
         return batch_size * self.config.n
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "traced_prompts": float(len(self.traces)), **graph_error(self.graph)}
+        return {**self.last_stats, "traced_prompts": float(len(self.traces)), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"traces": {u: [list(e) for e in t] for u, t in self.traces.items()},
                 "p_easy": self.p_easy, "p_hard": self.p_hard, "step": self.step, "epoch": self.epoch,
-                "last": dict(self.last), **({} if self.graph is None else {"graph": self.graph.state_dict()})}
+                "last": dict(self.last_stats), **({} if self.graph is None else {"graph": self.graph.state_dict()})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.traces = {u: [[int(s), float(m)] for s, m in t] for u, t in state["traces"].items()}
         self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
-        self.last = {k: float(v) for k, v in state.get("last", {}).items()}
+        self.last_stats = {k: float(v) for k, v in state.get("last", {}).items()}
         if self.graph is not None:
             self.graph.load_state_dict(state["graph"])

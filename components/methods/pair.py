@@ -172,16 +172,13 @@ class PAIR(Method):
     Config = PAIRConfig
 
     def __init__(self, config: PAIRConfig):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.w = np.zeros(c.hash_dim + 2)
         self.cost: float | None = None
         self.post = BetaCounts(c.prior_a, c.prior_b, 1.0, c.success_threshold)
-        self.last_stats: dict[str, float] = {}
         self._seen: list[tuple[list[float], float, float, str]] = []   # (phi, reward, pi, uid)
         self._suffix_lengths: list[int] = []
-
-    def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
-        pass
 
     def predict(self, phi: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(np.asarray(phi) @ self.w)))
@@ -275,9 +272,6 @@ class PAIR(Method):
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return self.config.K * batch_size
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)
 
     def state_dict(self) -> dict[str, Any]:
         return {"w": [float(x) for x in self.w], "cost": self.cost, "posterior": self.post.state_dict()}

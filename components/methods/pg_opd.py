@@ -158,12 +158,11 @@ class PGOPD(Method):
     per_token_advantages = True
 
     def __init__(self, config: PGOPDConfig):
-        self.config = config
+        super().__init__(config)
         self.teacher = None
         self.pad_id = 0
         self._teacher_logp: dict[str, list[list[float]]] = {}   # group uid -> per sample, per response token
         self._rows: list[list[float]] = []
-        self.last: dict[str, float] = {}
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
         spec = resources.get("teacher") or self.config.teacher_path
@@ -228,8 +227,8 @@ class PGOPD(Method):
         n_probe = sum(g.n for g in groups)
         # continued_frac: share of candidates decoded past the prefix (plain OPD: all of them)
         frac = cont_n / max(n_probe, 1) if c.prune and Lp < H else 1.0
-        self.last = {"rollouts": float(n_probe + cont_n), "continued": float(cont_n),
-                     "continued_frac": frac, "overlap_mean": float(np.mean(probe))}
+        self.last_stats = {"rollouts": float(n_probe + cont_n), "continued": float(cont_n),
+                           "continued_frac": frac, "overlap_mean": float(np.mean(probe))}
         return groups
 
     def _continue(self, groups: list[Group], cont: list[tuple[int, int]], ctx: RolloutContext, rest: int) -> None:
@@ -282,9 +281,6 @@ class PGOPD(Method):
                 raise ValueError(f"pg_opd: row {r} has {len(pos)} response tokens, teacher scored {len(t)}")
             teacher[j, pos] = torch.tensor(t[:len(pos)], dtype=logp.dtype)
         return opd_token_advantages(teacher, logp.detach(), mask.to(logp.dtype))
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last)
 
     def verl_overrides(self, teacher_path: str) -> list[str]:
         """verl 0.9.1 distillation settings for this config: reverse KL (k1) as a policy-gradient

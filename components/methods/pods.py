@@ -67,16 +67,9 @@ class PODS(Stateless):
         groups = ctx.sample_groups(items, self.config.n)
         keep = [max_variance_subset(g.rewards, self.config.m) for g in groups]
         discard(ctx, groups, keep)
-        out = []
-        for g, idx in zip(groups, keep):
-            pick = lambda xs: [xs[i] for i in idx] if len(xs) == g.n else xs
-            out.append(Group(uid=g.uid, problem_uid=g.problem_uid, answer=g.answer, context_ids=g.context_ids,
-                             prompt_len=g.prompt_len, responses=pick(g.responses), texts=pick(g.texts),
-                             rewards=pick(g.rewards), reasons=pick(g.reasons),
-                             finish_reasons=pick(g.finish_reasons),
-                             meta={**g.meta, "generated": g.n, "kept_idx": idx,
-                                   "generated_mean_reward": float(np.mean(g.rewards))}))
-        return out
+        return [g.subset(idx, {**g.meta, "generated": g.n, "kept_idx": idx,
+                               "generated_mean_reward": float(np.mean(g.rewards))})
+                for g, idx in zip(groups, keep)]
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n

@@ -141,7 +141,8 @@ class RAIL(Method):
     Config = RAILConfig
 
     def __init__(self, config: RAILConfig):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.arms = ["fresh", *[f"replay@{f:g}" for f in c.cut_fractions], "hint", "skip"]
         self.bandit = LinearBandit(len(self.arms), DIM, c.ridge, c.noise, c.bandit, c.ucb_alpha)
         self.counts: dict[str, list[float]] = {}       # uid -> [successes, failures] (decayed)
@@ -151,7 +152,6 @@ class RAIL(Method):
         self.pool: dict[str, Problem] = {}
         self.step = 0
         self.pending: dict[str, tuple[list[float], int]] = {}   # group uid -> (x, arm)
-        self.last: dict[str, float] = {}
         self.eos = None
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
@@ -230,8 +230,8 @@ class RAIL(Method):
             g.meta["rail_arm"] = self.arms[self.pending[g.uid][1]]
         counts = np.bincount(chosen, minlength=len(self.arms))
         # metric names: MLflow refuses '@' (the replay arms' names), so it is spelled "_at_" there
-        self.last = {"live": float(self.live),
-                     **{f"arm_{a.replace('@', '_at_')}": float(k) for a, k in zip(self.arms, counts)}}
+        self.last_stats = {"live": float(self.live),
+                           **{f"arm_{a.replace('@', '_at_')}": float(k) for a, k in zip(self.arms, counts)}}
         return groups
 
     def observe(self, groups: list[Group]) -> None:
@@ -255,13 +255,10 @@ class RAIL(Method):
                 p = len(wins) / g.n
                 self.last_var[g.problem_uid] = p * (1.0 - p)
         if rewards:
-            self.last["reward_mean"] = float(np.mean(rewards))
+            self.last_stats["reward_mean"] = float(np.mean(rewards))
 
     def rollouts_per_step(self, batch_size: int) -> int:
         return batch_size * self.config.n
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last)
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "bandit": self.bandit.state_dict(), "counts": self.counts,

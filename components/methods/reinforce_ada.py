@@ -108,7 +108,7 @@ class ReinforceAdaEst(Method):
     Config = ReinforceAdaEstConfig
 
     def __init__(self, config: ReinforceAdaEstConfig):
-        self.config = config
+        super().__init__(config)
         self.ema: dict[str, list[float]] = {}     # problem uid -> [N_tot, N_pos]
 
     def p_hat(self, uid: str) -> float:
@@ -120,11 +120,7 @@ class ReinforceAdaEst(Method):
         c = self.config
         p = [self.p_hat(q.uid) for q in batch]
         ns = allocate(p, c.n_mean * len(batch), c.n_min, c.n_max, c.eps)
-        items = []
-        for q in batch:
-            ids = ctx.encode_prompt(q)
-            items.append((q, ids, "", len(ids), q.uid))
-        groups = ctx.sample_groups(items, ns)
+        groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, ph, k in zip(groups, p, ns):
             r_bar = float(np.mean(g.rewards)) if g.rewards else 0.0
             weight = 1.0 / math.sqrt(max(r_bar, 0.0) + c.eps)
@@ -258,8 +254,7 @@ class ReinforceAdaSeq(Stateless):
     Config = ReinforceAdaSeqConfig
 
     def __init__(self, config: ReinforceAdaSeqConfig):
-        self.config = config
-        self.last_stats: dict[str, float] = {}
+        super().__init__(config)
 
     def _exits(self, n_pos: int, n_neg: int) -> bool:
         c, n = self.config, self.config.final_keep
@@ -311,21 +306,16 @@ class ReinforceAdaSeq(Stateless):
             keep_idx.append(idx)
             if not idx:          # nothing to train on (cannot happen with M >= 1)
                 continue
-            pick = lambda xs: [xs[j] for j in idx] if len(xs) == m.n else list(xs)
             n_pos, n_neg = len(pos[i]), len(neg[i])
-            meta = {"rounds": rounds_of[i], "finished": finished[i], "generated": m.n,
-                    "total_pos": n_pos, "total_neg": n_neg, "p_hat": n_pos / max(m.n, 1),
-                    "kept_idx": idx, "round_of_sample": pick(m.meta["round_of_sample"]),
-                    "generated_mean_reward": float(np.mean(m.rewards))}
-            rewards = pick(m.rewards)
+            g = m.subset(idx, {"rounds": rounds_of[i], "finished": finished[i], "generated": m.n,
+                               "total_pos": n_pos, "total_neg": n_neg, "p_hat": n_pos / max(m.n, 1),
+                               "kept_idx": idx, "round_of_sample": [m.meta["round_of_sample"][j] for j in idx],
+                               "generated_mean_reward": float(np.mean(m.rewards))})
             if c.global_stat_est:
                 mean, std = global_stats(n_pos, n_neg, c.eps)
-                adv = [(r - mean) / (std + c.eps) if c.norm_adv_by_std else r - mean for r in rewards]
-                meta.update(global_mean=mean, global_std=std, advantages=adv)
-            out.append(Group(uid=m.uid, problem_uid=m.problem_uid, answer=m.answer, context_ids=m.context_ids,
-                             prompt_len=m.prompt_len, responses=pick(m.responses), texts=pick(m.texts),
-                             rewards=rewards, reasons=pick(m.reasons), finish_reasons=pick(m.finish_reasons),
-                             meta=meta))
+                adv = [(r - mean) / (std + c.eps) if c.norm_adv_by_std else r - mean for r in g.rewards]
+                g.meta.update(global_mean=mean, global_std=std, advantages=adv)
+            out.append(g)
         discard(ctx, all_groups, keep_idx)
         self.last_stats = {"gen_rounds": float(rounds), "rollouts": float(rollouts),
                            "finished_prompts": float(sum(finished)),
@@ -341,6 +331,3 @@ class ReinforceAdaSeq(Stateless):
     def sample_advantages(self, group: Group) -> list[float] | None:
         """The global-statistics advantages (``global_stat_est``); None: the trainer's estimator."""
         return group.meta.get("advantages")
-
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)

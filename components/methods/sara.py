@@ -44,7 +44,7 @@ from pydantic import Field, model_validator
 
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
-from components.methods.dapo import discard
+from components.methods.dapo import discard, draw_unused
 from components.methods.posterior import BetaCounts, beta_moment
 
 
@@ -123,10 +123,10 @@ class SARA(Method):
     Config = SARAConfig
 
     def __init__(self, config: SARAConfig):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.post = BetaCounts(c.prior_a, c.prior_b, c.history_decay, c.success_threshold)
         self.pool: list[Problem] = []
-        self.last_stats: dict[str, float] = {}
         self._pending: list[tuple[str, list[float]]] = []
 
     def setup(self, problems: Sequence[Problem], resources: dict[str, Any]) -> None:
@@ -140,11 +140,7 @@ class SARA(Method):
         return list(candidates)[:k]
 
     def _draw(self, k: int, used: set[str], rng: np.random.Generator, factor: int = 1) -> list[Problem]:
-        pool = [p for p in self.pool if p.uid not in used]
-        if k <= 0 or not pool:
-            return []
-        idx = rng.choice(len(pool), size=min(k * factor, len(pool)), replace=False)
-        return self.take([pool[i] for i in idx.tolist()], k, rng)
+        return self.take(draw_unused(self.pool, k * factor, used, rng), k, rng) if k > 0 else []
 
     def _refill(self, free: int, used: set[str], rng: np.random.Generator) -> list[_Unit]:
         c = self.config
@@ -218,9 +214,6 @@ class SARA(Method):
         """The step's budget n x B: an upper bound, reached unless the pool or max_rounds runs out."""
         return self.config.n * batch_size
 
-    def step_stats(self) -> dict[str, float]:
-        return dict(self.last_stats)
-
     def state_dict(self) -> dict[str, Any]:
         return {"posterior": self.post.state_dict()}
 
@@ -240,13 +233,8 @@ class SARADPS(SARA):
     Config = SARADPSConfig
 
     def take_batch(self, batch: Sequence[Problem], rng: np.random.Generator) -> list[Problem]:
-        cands, k = list(batch), len(batch)
-        seen = {p.uid for p in cands}
-        pool = [p for p in self.pool if p.uid not in seen]
-        extra = min((self.config.dps_candidates - 1) * k, len(pool))
-        if extra > 0:
-            cands += [pool[i] for i in rng.choice(len(pool), size=extra, replace=False).tolist()]
-        return self.take(cands, k, rng)
+        extra = draw_unused(self.pool, (self.config.dps_candidates - 1) * len(batch), {p.uid for p in batch}, rng)
+        return self.take(list(batch) + extra, len(batch), rng)
 
     def take(self, candidates: Sequence[Problem], k: int, rng: np.random.Generator) -> list[Problem]:
         cands = list(candidates)

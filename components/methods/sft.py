@@ -28,7 +28,7 @@ class SFT(Stateless):
     Config = SFTConfig
 
     def __init__(self, config: SFTConfig):
-        self.config = config
+        super().__init__(config)
         self.traces: dict[str, str] = {}
         self.tokenizer = None
 

@@ -87,7 +87,7 @@ class VIGOR(Method):
     Config = VIGORConfig
 
     def __init__(self, config: VIGORConfig):
-        self.config = config
+        super().__init__(config)
         self.graph = graph_estimator(config)
         self.step = 0
 

@@ -248,14 +248,14 @@ class VIP(Method):
     Config = VIPConfig
 
     def __init__(self, config: VIPConfig, embedder: Embedder | None = None):
-        self.config = c = config
+        super().__init__(config)
+        c = config
         self.embedder = embedder or (MiniLMEmbedder() if c.embedder == "minilm"
                                      else HashingEmbedder(c.embed_dim, c.ngram_range))
         self.gp = PoolGP(c.sigma_n2, c.eps, c.prior_mean, c.bandwidth)
         self.graph = graph_estimator(c, self.embedder)
         self.step = 0
         self._pred: dict[str, float] = {}
-        self.last: dict[str, float] = {}
 
     def _embed(self, problems: Sequence[Problem]) -> None:
         new = list({p.uid: p for p in problems if p.uid not in self.gp.row}.values())
@@ -278,20 +278,16 @@ class VIP(Method):
         p = sigmoid(m) if self.graph is None else self.graph.predict(uids)
         ns = allocate(p * (1 - p), c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
         self._pred = dict(zip(uids, m.tolist()))
-        items = []
-        for prob in batch:
-            ids = ctx.encode_prompt(prob)
-            items.append((prob, ids, "", len(ids), prob.uid))
-        groups = ctx.sample_groups(items, ns)
+        groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, pi, ni in zip(groups, p.tolist(), ns):
             g.meta.update(vip_p=pi, vip_n=ni)
         # the objective the allocation minimises (sum_i p_i(1-p_i) f(n_i) on the predicted p), and
         # the same with the uniform allocation of the budget: what the claims check reads
         a = p * (1 - p)
-        self.last = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
-                     "p_pred_mean": float(p.mean()) if len(p) else 0.0,
-                     "var_objective": float((a * f_var(ns, c.base)).sum()),
-                     "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
+        self.last_stats = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
+                           "p_pred_mean": float(p.mean()) if len(p) else 0.0,
+                           "var_objective": float((a * f_var(ns, c.base)).sum()),
+                           "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
         return groups
 
     def observe(self, groups: list[Group]) -> None:
@@ -320,7 +316,7 @@ class VIP(Method):
         return batch_size * self.config.budget_per_prompt
 
     def step_stats(self) -> dict[str, float]:
-        return {**self.last, "seen_prompts": float(self.gp.seen.sum()), **graph_error(self.graph)}
+        return {**self.last_stats, "seen_prompts": float(self.gp.seen.sum()), **graph_error(self.graph)}
 
     def state_dict(self) -> dict[str, Any]:
         graph = {} if self.graph is None else {"graph": self.graph.state_dict()}

@@ -103,7 +103,7 @@ class VSR(Method):
     Config = VSRConfig
 
     def __init__(self, config: VSRConfig):
-        self.config = config
+        super().__init__(config)
         self.buffer: dict[Any, Trajectory] = {}   # most recent successful trajectory per item
         self.p0: dict[Any, float] = {}
         self.step = 0

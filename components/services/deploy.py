@@ -199,19 +199,21 @@ def _tail(path: str | Path, n: int = 4) -> str:
     return " | ".join(x.strip()[:300] for x in lines[-n:])
 
 
-def _migrate_airflow(sd: Path, e: dict[str, str], log) -> None:
-    """``airflow db migrate`` once per (airflow version, database)."""
-    marker = sd / "airflow" / ".rlvr-migrated"
-    stamp = f"{metadata.version('apache-airflow-core')} {e['AIRFLOW__DATABASE__SQL_ALCHEMY_CONN']}"
-    if marker.exists() and marker.read_text().strip() == stamp:
+def migrate_airflow_db(airflow_home: Path, e: dict[str, str], log=print) -> None:
+    """``airflow db migrate`` (tens of seconds) once per (airflow version, database): a marker
+    records what it was done for. ``e`` is the command's whole environment."""
+    marker = airflow_home / ".rlvr-migrated"
+    conn = e["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    stamp = f"{metadata.version('apache-airflow-core')} {conn}"
+    sqlite_gone = conn.startswith("sqlite:///") and not Path(conn.removeprefix("sqlite:///")).exists()
+    if marker.exists() and marker.read_text().strip() == stamp and not sqlite_gone:
         return
-    (sd / "airflow").mkdir(parents=True, exist_ok=True)
-    log("migrating the Airflow metadata DB (once) ...")
-    r = subprocess.run([_exe("airflow"), "db", "migrate"], env=e, capture_output=True, text=True, cwd=str(sd))
-    (sd / "logs").mkdir(exist_ok=True)
-    (sd / "logs" / "airflow-db-migrate.log").write_text(r.stdout + r.stderr)
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    log("initialising the Airflow metadata DB (once) ...")
+    r = subprocess.run([_exe("airflow"), "db", "migrate"], env=e, capture_output=True, text=True, cwd=str(airflow_home))
+    (airflow_home / "db-migrate.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
-        raise ServiceError(f"airflow db migrate failed: {_tail(sd / 'logs' / 'airflow-db-migrate.log')}")
+        raise ServiceError(f"airflow db migrate failed: {_tail(airflow_home / 'db-migrate.log')}")
     marker.write_text(stamp + "\n")
 
 
@@ -294,7 +296,7 @@ def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
                                    "--artifacts-destination", (sd / "mlflow" / "artifacts").as_uri(),
                                    "--host", "127.0.0.1", "--port", str(cfg["mlflow_port"]), "--workers", "1"], ml_env)
     else:
-        _migrate_airflow(sd, e, log)  # once per version and database; meanwhile MLflow creates its tables
+        migrate_airflow_db(sd / "airflow", e, log)  # meanwhile MLflow creates its tables
         extra = ["--host", "127.0.0.1", "--port", str(cfg["airflow_port"]), "--workers", "1"] \
             if name == "api-server" else []
         procs.start(sd, name, [_exe("airflow"), name, *extra], e)

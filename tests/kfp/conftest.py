@@ -34,6 +34,6 @@ def kfp_report(kfp_python, tmp_path_factory) -> tuple[Path, dict]:
                        env=clean_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     # kfp.local's threaded print indentation leaks a wrapper per task unless
-    # components/kfp/local.py:_plain_print stops it: output then grows with every step
+    # components/kfp/local.py:run_local stops it: output then grows with every step
     assert len(r.stdout) < 20_000_000, f"kfp_side.py printed {len(r.stdout):,} characters"
     return out, last_json(r.stdout)

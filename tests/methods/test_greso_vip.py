@@ -93,8 +93,8 @@ def test_greso_replaces_skipped_prompts_and_keeps_the_budget():
     assert len(groups) == 4 and all(g.n == 4 for g in groups)
     assert {g.problem_uid for g in groups} <= {p.uid for p in pool[6:]}       # all replaced by fresh prompts
     assert eng.meter.totals("train_rollout")["sequences"] == m.rollouts_per_step(4) == 16
-    assert m.last["drawn"] == 4 and m.last["forced"] == 0
-    assert m.last["skipped"] == 4 + m.last["examined"] - 4       # batch prompts + traced easy draws
+    assert m.last_stats["drawn"] == 4 and m.last_stats["forced"] == 0
+    assert m.last_stats["skipped"] == 4 + m.last_stats["examined"] - 4       # batch prompts + traced easy draws
     again = copy.deepcopy(m)
     same = again.rollout(pool[:4], ctx(CoinEngine(), step=1), np.random.default_rng(3))
     assert [g.problem_uid for g in same] == [g.problem_uid for g in groups]   # deterministic under seed
@@ -110,7 +110,7 @@ def test_greso_forces_skipped_prompts_when_draws_run_out():
     eng = CoinEngine()
     groups = m.rollout(pool[:4], ctx(eng, step=2), np.random.default_rng(0))
     assert len(groups) == 4 and eng.meter.totals()["sequences"] == 8
-    assert m.last["examined"] == 2 and m.last["forced"] == 4 and m.last["drawn"] == 0
+    assert m.last_stats["examined"] == 2 and m.last_stats["forced"] == 4 and m.last_stats["drawn"] == 0
     m.observe(groups)
     assert all(len(m.traces[g.problem_uid]) == 2 for g in groups)
 

@@ -75,8 +75,8 @@ def test_greso_adaptive_refills_with_the_estimated_round_size():
     assert [g.problem_uid for g in out] == eng.calls[0][4:] + eng.calls[1][:2]   # generation order
     t, d = eng.meter.totals("train_rollout"), eng.meter.totals("discarded")
     assert t["sequences"] == 16 and d["sequences"] == 12 * 4 - 16
-    assert m.last["rollouts"] == 48 and m.last["gen_rounds"] == 2 and m.last["kept_groups"] == 4
-    assert m.rollouts_per_step(4) == 24 <= m.last["rollouts"]
+    assert m.last_stats["rollouts"] == 48 and m.last_stats["gen_rounds"] == 2 and m.last_stats["kept_groups"] == 4
+    assert m.rollouts_per_step(4) == 24 <= m.last_stats["rollouts"]
     # every group rolled out is traced, the dropped all-correct ones included
     m.observe(out)
     assert set(m.traces) == set(eng.calls[0]) | set(eng.calls[1])
@@ -100,7 +100,7 @@ def test_greso_adaptive_last_round_trains_on_what_it_has():
     assert next_sampling_size(8, 0.5, 4, 12, 2) == (5, True)
     assert [len(c) for c in eng.calls] == [12, 5]
     assert [g.problem_uid for g in out] == [p.uid for p in pool[2:8]]
-    assert m.last["kept_groups"] == 6 and m.last["discarded_groups"] == 11
+    assert m.last_stats["kept_groups"] == 6 and m.last_stats["discarded_groups"] == 11
     assert eng.meter.totals("discarded")["sequences"] == 11 * 4
 
 

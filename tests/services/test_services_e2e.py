@@ -46,6 +46,7 @@ SWEEP = tiny_sweep("svc", pretrain={"steps": 10, "batch_size": 32},
                    evaluate={"samples_per_seed": 1, "seeds": [0], "pass_ks": [1]},
                    method_config={"grpo": {"n": 2}, "vsr": {"n": 2, "rho": 1.0, "cut_points": "fractions",
                                                           "cut_fractions": [0.98]}})
+RUN3_STEPS = 16
 STAGES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")
 
 
@@ -234,18 +235,22 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
     dep, cfg = deployment, deployment["cfg"]
     af = remote.Airflow(deploy.airflow_url(cfg))
     c, exp = _mlflow(dep)
+    # enough steps that a train task outlives the outage and the restart (a few seconds a step here)
+    submitted = dep["sd"] / "sweeps" / "svc.yaml"
+    submitted.write_text(submitted.read_text().replace("train: {steps: 6,", f"train: {{steps: {RUN3_STEPS},"))
     run3 = remote.trigger(af, "rlvr_svc", {"seeds": [2]})
-    t_end, task = time.monotonic() + 600, None
-    while task is None and time.monotonic() < t_end:   # a train task that has logged a step
-        for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train' and attributes.status = 'RUNNING'"):
-            if _param(x, "seed") == "2" and c.get_metric_history(x.info.run_id, "reward/mean"):
-                task = x
-        time.sleep(0.5)
-    assert task is not None, "no train task of run 3 logged a step in time"
     pids = json.loads((dep["sd"] / "pids.json").read_text())
-    ids = [t["id"] for t in af.task_instances("rlvr_svc", run3) if t["task_id"] == "train" and t["state"] == "running"]
-    workers = [p for p in _session(pids["scheduler"]["pid"]) if "LocalExecutor" not in " ".join(p.cmdline())
-               and any(i in " ".join(p.cmdline()) for i in ids)]
+    t_end, workers = time.monotonic() + 600, []
+    while not workers and time.monotonic() < t_end:   # a running train task that has logged a step, and its process
+        logged = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train' and attributes.status = 'RUNNING'")
+                  if _param(x, "seed") == "2" and c.get_metric_history(x.info.run_id, "reward/mean")]
+        ids = [t["id"] for t in af.task_instances("rlvr_svc", run3) if t["task_id"] == "train"
+               and t["state"] == "running"] if logged else []
+        workers = [p for p in _session(pids["scheduler"]["pid"]) if "LocalExecutor" not in " ".join(p.cmdline())
+                   and any(i in " ".join(p.cmdline()) for i in ids)]
+        time.sleep(0.5)
+    assert workers, "no train task of run 3 was found running with a logged step in time"
+    t_found = time.monotonic()
     for p in _session(pids["mlflow"]["pid"]):
         p.kill()                                                         # a crash, not a shutdown
     r = subprocess.run(dep["cli"] + ["services", "status"], cwd=REPO, env=dep["env"], capture_output=True, text=True,
@@ -257,15 +262,17 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
     after = json.loads((dep["sd"] / "pids.json").read_text())
     assert {n: after[n]["pid"] for n in after if n != "mlflow"} == {n: pids[n]["pid"] for n in pids if n != "mlflow"}
     assert after["mlflow"]["pid"] != pids["mlflow"]["pid"]
-    assert workers and all(p.is_running() for p in workers), workers        # the running task was not touched
+    print(f"mlflow killed and started again {time.monotonic() - t_found:.0f}s after a step was logged")
+    assert all(p.is_running() for p in workers), workers                 # the running task was not touched
     state, _ = remote.follow(af, "rlvr_svc", run3, print, timeout=900)
+    print(f"run 3 ended {time.monotonic() - t_found:.0f}s after a step was logged")
     assert state == "success"
     trains = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train'") if _param(x, "seed") == "2"]
     assert sorted(x.info.status for x in trains) == ["FINISHED", "FINISHED"]   # grpo, vsr: no attempt failed
     for x in trains:
         steps = [m.step for m in c.get_metric_history(x.info.run_id, "reward/mean")]
-        # every row once; run 3 reads the file run 2 edited (steps: 6), no snapshot in its conf
-        assert len(steps) == len(set(steps)) == int(_param(x, "steps")), (x.info.run_name, steps)
+        # every row once, as many as the file said when run 3 started
+        assert len(steps) == len(set(steps)) == int(_param(x, "steps")) == RUN3_STEPS, (x.info.run_name, steps)
 
 
 def _ts(iso: str):

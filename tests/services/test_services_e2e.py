@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from tiny_sweep import tiny_sweep
 
 from components.services import deploy, postgres, remote
@@ -180,8 +181,7 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert len(task_proc) == 1, [p.cmdline() for p in procs]
     task_proc[0].send_signal(signal.SIGKILL)
     # someone edits the sweep while the run is in flight: the cleared task must not see it
-    submitted = dep["sd"] / "sweeps" / "svc.yaml"
-    submitted.write_text(submitted.read_text().replace("train: {steps: 4,", "train: {steps: 6,"))
+    _set_train_steps(dep["sd"] / "sweeps" / "svc.yaml", 6)
     state, _ = remote.follow(af, "rlvr_svc", run2, print, timeout=600)
     assert state == "failed"
     first = {(t["task_id"], t["map_index"]): t for t in af.task_instances("rlvr_svc", run2)}
@@ -236,8 +236,7 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
     af = remote.Airflow(deploy.airflow_url(cfg))
     c, exp = _mlflow(dep)
     # enough steps that a train task outlives the outage and the restart (a few seconds a step here)
-    submitted = dep["sd"] / "sweeps" / "svc.yaml"
-    submitted.write_text(submitted.read_text().replace("train: {steps: 6,", f"train: {{steps: {RUN3_STEPS},"))
+    _set_train_steps(dep["sd"] / "sweeps" / "svc.yaml", RUN3_STEPS)
     run3 = remote.trigger(af, "rlvr_svc", {"seeds": [2]})
     pids = json.loads((dep["sd"] / "pids.json").read_text())
     t_end, workers = time.monotonic() + 600, []
@@ -273,6 +272,14 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
         steps = [m.step for m in c.get_metric_history(x.info.run_id, "reward/mean")]
         # every row once, as many as the file said when run 3 started
         assert len(steps) == len(set(steps)) == int(_param(x, "steps")) == RUN3_STEPS, (x.info.run_name, steps)
+
+
+def _set_train_steps(sweep: Path, steps: int) -> None:
+    """Edit the submitted sweep file as a user would, between runs."""
+    cfg = yaml.safe_load(sweep.read_text())
+    assert cfg["stages"]["train"]["steps"] != steps, cfg["stages"]["train"]
+    cfg["stages"]["train"]["steps"] = steps
+    sweep.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
 def _ts(iso: str):

@@ -111,13 +111,19 @@ def _resolved(up: dict) -> dict:
     return {k: v if isinstance(v, dict) else list(v[:]) for k, v in up.items()}
 
 
-def _stage_slots() -> dict:
+def _stage_slots(cfg: Sweep, stage: str) -> dict:
     """Pool of the compute stages when the deployment defines one (``rlvr services`` sets
     RLVR_STAGE_POOL to a pool of <cores> slots and RLVR_STAGE_POOL_SLOTS to the threads a
-    stage uses): parallel stage tasks never oversubscribe the cores, while the small
-    bookkeeping tasks run beside them. Elsewhere (dag.test, Kubernetes) the default pool."""
+    stage uses by default): parallel stage tasks never oversubscribe the cores, while the
+    small bookkeeping tasks run beside them. A stage whose sweep entry sets fewer ``threads``
+    takes that many slots (a one-thread study runs a stage per core). Elsewhere (dag.test,
+    Kubernetes) the default pool."""
     pool = os.environ.get(POOL_ENV)
-    return {"pool": pool, "pool_slots": int(os.environ.get(POOL_ENV + "_SLOTS") or 1)} if pool else {}
+    if not pool:
+        return {}
+    default = int(os.environ.get(POOL_ENV + "_SLOTS") or 1)
+    threads = getattr(cfg.stages, stage, {}).get("threads")
+    return {"pool": pool, "pool_slots": min(int(threads), default) if threads else default}
 
 
 def _cfg(snapshot: dict) -> Sweep:
@@ -143,7 +149,6 @@ def _params(cfg: Sweep) -> dict:
 def build_dag(cfg: Sweep, source: Path):
     name = cfg.name
     raw = cfg.model_dump(mode="json")
-    heavy = _stage_slots()
     mapped = MAPPED[cfg.executor]
 
     @dag(dag_id=dag_id_for(name), schedule=None, start_date=START, catchup=False,
@@ -200,10 +205,10 @@ def build_dag(cfg: Sweep, source: Path):
                 results[st.result] = pods(st.name, mapped[st.name], parent, snap, up)
             elif st.name in mapped:
                 cells = _plan_task(st.name, mapped[st.name])(sweep=snap, up=up)
-                results[st.result] = _mapped_task(name, st.name, heavy).partial(
+                results[st.result] = _mapped_task(name, st.name, _stage_slots(cfg, st.name)).partial(
                     parent=parent, sweep=snap, up=up).expand(cell=cells)
             else:
-                results[st.result] = _stage_task(name, st.name, heavy)(parent=parent, sweep=snap, up=up)
+                results[st.result] = _stage_task(name, st.name, _stage_slots(cfg, st.name))(parent=parent, sweep=snap, up=up)
         end = end_sweep()
         start >> end
         results["tables"] >> end

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -177,10 +178,14 @@ def test_only_dag_env_builds_one_sweep(tmp_path):
 
 def test_stage_pool_from_the_deployment(tmp_path):
     """Under `rlvr services` (RLVR_STAGE_POOL set) the compute stages take the pool's slots,
-    the bookkeeping tasks stay in the default pool."""
+    as many as the threads the sweep gives the stage (the deployment's count when it sets
+    none); the bookkeeping tasks stay in the default pool."""
     r = probe(tmp_path, RLVR_ONLY_DAG="rlvr_demo", RLVR_STAGE_POOL="rlvr_stages", RLVR_STAGE_POOL_SLOTS="2")
     tasks = r["dags"]["rlvr_demo"]["tasks"]
     heavy = {k for k, t in tasks.items() if t["pool"] == "rlvr_stages"}
     assert heavy == STAGE_TASKS
-    assert all(tasks[k]["pool_slots"] == 2 for k in heavy)
+    stages = yaml.safe_load((REPO / "dags" / "sweeps" / "demo.yaml").read_text())["stages"]
+    slots = {k: tasks[k]["pool_slots"] for k in heavy}
+    assert slots == {k: 1 if (stages.get(k) or {}).get("threads") == 1 else 2 for k in heavy}, slots
+    assert set(slots.values()) == {1, 2}                  # the demo has stages of both kinds
     assert all(tasks[k]["pool"] == "default_pool" for k in set(tasks) - heavy)

@@ -54,8 +54,8 @@ $(SCALE_STAMP): requirements-scale-cpu.lock requirements-models-scale.lock requi
 
 # tests/scale in the scale environment (CI=1: a missing environment fails instead of skipping).
 # Each verl case starts its own Ray; `RLVR_SCALE_SHARED_RAY=1 make test-scale` has them join one
-# head for the session instead (tests/scale/conftest.py), a path that has not yet come up on this
-# machine (docs/not-exercised.md), so it is not the default.
+# head for the session instead (tests/scale/conftest.py), a path that has run for two cases but
+# not yet for the whole set (docs/not-exercised.md), so it is not the default.
 test-scale: $(SCALE_STAMP)
 	RLVR_REQUIRE_SCALE=1 $(SCALE_VENV)/bin/python -m pytest -q -m scale tests/scale
 

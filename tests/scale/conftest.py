@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,6 +40,15 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.scale)
         if MISSING:
             item.add_marker(pytest.mark.skip(reason=WHY))
+
+
+if os.environ.get("RLVR_SCALE_SHARED_RAY") == "1":
+    # The shared head runs token auth, as a real cluster does, with a token of its own, for it and
+    # every driver that joins it. Left to itself `ray start` turns token auth on when
+    # ~/.ray/auth_token exists (an earlier local ray.init writes one) and a joining driver without
+    # it is refused; Ray reads the mode once per process, so it is set before ray is imported.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -86,10 +87,20 @@ def ensure_experiment(name: str) -> str:
     return exp.experiment_id
 
 
+# MLflow refuses a param name with any other character (its server: INVALID_PARAMETER_VALUE);
+# a claim id such as "vsr>grpo" in a pre-registration block is one
+_KEY_CHAR = re.compile(r"[^A-Za-z0-9_\-. :/]")
+_KEY_WORDS = {">": "_gt_", "<": "_lt_", "=": "_eq_"}
+
+
+def _param_key(k: str) -> str:
+    return _KEY_CHAR.sub(lambda m: _KEY_WORDS.get(m.group(0), "_"), k)
+
+
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in d.items():
-        key = f"{prefix}{k}"
+        key = f"{prefix}{_param_key(str(k))}"
         if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
         else:

@@ -317,3 +317,14 @@ def test_whole_run_wall_time_over_reruns(home):
     text = sweep_runs.sweep_wall_time("rlvr_sw/manual__1")
     assert text == run.data.tags["rlvr.wall_time"] and "closed 2 times: FAILED at " in text and ", FINISHED at " in text
     assert sweep_runs.sweep_wall_time("rlvr_sw/other") is None
+
+
+def test_param_names_mlflow_refuses_are_spelled_out(home, tmp_path):
+    """A pre-registration block's claim ids ("vsr>grpo") are param names MLflow refuses: they are
+    spelled out (vsr_gt_grpo), or the tables stage of a study with a paper effect fails."""
+    parent = tracking.start_sweep_run("sw", {"name": "sw", "seeds": [0], "methods": ["grpo"]})
+    t = tracking.MlflowTracker(parent, spool_dir=tmp_path / "spool")
+    t.log_params({"tables": {"preregistration": {"paper_effects": {"vsr>grpo": 0.2403, "grpo<base": 1}}}})
+    params = lineage.client().get_run(parent).data.params
+    assert params["tables.preregistration.paper_effects.vsr_gt_grpo"] == "0.2403"
+    assert params["tables.preregistration.paper_effects.grpo_lt_base"] == "1"

@@ -167,7 +167,9 @@ def ray_session(params: Any, config, on_cpu: dict[str, str], cpu_units: int = CP
                 raise RuntimeError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: the cluster has too few resources "
                                    f"for this run ({', '.join(short)}; GPU = worker slots, n_gpus_per_node x nnodes)")
         else:
-            ray.init(**init)
+            # "local": a Ray of its own even when `ray start` left a cluster address on this
+            # machine (/tmp/ray/ray_current_cluster), which a bare ray.init would join
+            ray.init(address="local", **init)
     try:
         yield
     finally:

@@ -62,12 +62,13 @@ test-scale: $(SCALE_STAMP)
 # the part of tests/scale that .ci/run can afford on 2 cores within its time: vLLM against the
 # transformers engine (one short pretrain of the tiny policy); one verl GRPO run with rewards > 0
 # killed with SIGKILL after its first checkpoint and resumed (two verl start-ups); VSR's replay
-# on verl (one start-up). Every other case stays in `make test-scale`: each other registered
+# on verl (one start-up); a verl run's own Ray beside a stale cluster address (one Ray start).
+# Every other case stays in `make test-scale`: each other registered
 # method on verl (RL-ZVP's token advantages, OPD and PG-OPD's sampled probe among them), SFT's
 # kill-and-resume on verl's SFT trainer, the strict xfail of PG-OPD's top-k probe, the agentic
 # verl cases and SmolLM2 (its GGUF export and a verl run of its own).
 VERL_CASE := tests/scale/test_verl_cpu.py::test_three_updates_on_verl
-SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py \
+SCALE_CI_TESTS := tests/scale/test_vllm_cpu.py tests/scale/test_ray_session.py \
     tests/scale/test_verl_cpu.py::test_sigkilled_stage_resumes_from_verls_checkpoint[grpo] $(VERL_CASE)[vsr]
 .PHONY: test-scale-ci
 test-scale-ci: $(SCALE_STAMP)

@@ -329,7 +329,8 @@ def _print_tables(name: str, plots: bool = False) -> None:
     if text is None:
         _die(f"run {run.info.run_id} has no tables.md", 1)
     claims = _run_file(c, run.info.run_id, out / "claims.md")   # tables runs before claims existed have none
-    text += "\n" + claims if claims is not None else ""
+    if claims is not None and claims not in text:   # a pre-registered sweep's tables.md already ends with it
+        text += "\n" + claims
     if plots and out.is_dir():
         text += "\n**Plots:** " + ", ".join(str(p) for p in sorted(out.glob("*.png"))) + "\n"
     if not sys.stdout.isatty():  # piped: the Markdown itself, unwrapped and diffable

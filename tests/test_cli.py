@@ -207,3 +207,25 @@ def test_rerun_names_an_unknown_cell(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "has no cell 'tiny-nope-s0' (cells: tiny-grpo-s0, tiny-vsr-s0)" in r.output, r.output
     r = CliRunner().invoke(app, ["rerun", str(tmp_path / "s.yaml"), "trian"])
     assert r.exit_code == 2 and "no stage 'trian'" in r.output, r.output
+
+
+def test_tables_prints_pre_registered_claims_once(tmp_path, monkeypatch, capsys):
+    """A pre-registered sweep's tables.md already ends with its claims.md: `rlvr tables` prints
+    them once; a sweep without one gets claims.md appended."""
+    import types
+
+    from components import cli, tracking
+
+    claims = "## Pre-registered claims on arith_levels (the judged set)\n\n| a | b |\n"
+    out = tmp_path / "out"
+    out.mkdir()
+    run = types.SimpleNamespace(info=types.SimpleNamespace(run_id="r1"),
+                                data=types.SimpleNamespace(tags={"rlvr.output_uri": str(out)}))
+    monkeypatch.setattr(tracking, "latest_tables_run", lambda name: run)
+    monkeypatch.setattr(cli.lineage, "client", lambda: None)
+    (out / "claims.md").write_text(claims)
+    for tables_md, count in (("## Accuracy\n\n| x |\n\n" + claims, 1), ("## Accuracy\n\n| x |\n", 1)):
+        (out / "tables.md").write_text(tables_md)
+        cli._print_tables("study")
+        printed = capsys.readouterr().out
+        assert printed.count("Pre-registered claims on arith_levels") == count and "## Accuracy" in printed

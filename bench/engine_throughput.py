@@ -50,17 +50,15 @@ import json
 import os
 import re
 import statistics
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from components.engine.base import Request, SamplingParams, TokenMeter  # noqa: E402
+from components.engine.base import Request, SamplingParams, TokenMeter
 
 # the engine before bucketing, its attention and its oneDNN linears (components/engine/hf.py)
 BEFORE = {"attention": "model", "bucket": False, "linear": "model"}
@@ -104,6 +102,19 @@ def load(model_arg: str | None):
     d = model_dir_of(Path(model_arg))
     model, tok = load_policy(d)
     return d, model, tok
+
+
+def workload_args(ap: argparse.ArgumentParser, prompts: int, max_new: int, threads: int) -> None:
+    """The requests both engine and training benchmarks build (``load``, ``contexts``) and how often."""
+    ap.add_argument("--model", default=None, help="a tiny-policy dir, a pretrain artifact or an HF directory")
+    ap.add_argument("--math500", action="store_true", help="MATH500 prompts in the chat template")
+    ap.add_argument("--prompts", type=int, default=prompts)
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--max-new", type=int, default=max_new)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--device", default="auto", help="the embedded engine / trainer: auto | cpu | cuda")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")
 
 
 def contexts(tok, args) -> list[list[int]]:
@@ -196,16 +207,10 @@ def vllm_auto_dtype() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None)
+    workload_args(ap, prompts=32, max_new=96, threads=2)
     ap.add_argument("--engines", default="model.generate,engine")
-    ap.add_argument("--math500", action="store_true", help="MATH500 prompts in the chat template")
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vllm-dtype", default="float32", help="the throughput runs' vLLM dtype (the engine runs fp32)")
     ap.add_argument("--evaluate", type=int, default=None, metavar="N",
                     help="run the evaluate stage on MATH500[:N] per engine instead of the throughput runs")
@@ -219,8 +224,6 @@ def main() -> None:
     ap.add_argument("--profile-max-new", type=int, default=None, help="the profiled calls' new tokens (default --max-new)")
     ap.add_argument("--results", default=None, metavar="KEY", help="also write this run's output into bench/RESULTS.md, "
                     "in the block marked KEY (replaced when present, else appended)")
-    ap.add_argument("--device", default="auto", help="model.generate and the embedded engine: auto | cpu | cuda")
-    ap.add_argument("--dtype", default="auto", help="their dtype: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")
     args = ap.parse_args()
     report(args.results, lambda: run(args))
 

@@ -19,25 +19,16 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from components.services import deploy
+
 REPO = Path(__file__).resolve().parents[1]
 KEEP: list[bool] = []
-
-
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    out = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return out
 
 
 def _run(argv: list[str], env: dict, label: str) -> float:
@@ -75,7 +66,7 @@ def main() -> None:
     try:
         print("set-up (not timed): embedded Airflow DB, rlvr services up ...", flush=True)
         _run(cli + ["sweep", str(sweep)], emb, "embedded warm-up run")
-        af, ml, pg = _ports(3)
+        af, ml, pg = deploy.free_ports(3)
         t_up = _run(cli + ["services", "up", "--airflow-port", str(af), "--mlflow-port", str(ml),
                            "--pg-port", str(pg)], svc, "rlvr services up")
         _run(cli + ["sweep", str(sweep), "--on-services"], svc, "services warm-up run")  # DAG parsed, pool made
@@ -91,7 +82,6 @@ def main() -> None:
         print(f"ratio services / embedded: {s / e:.2f}x  (best of {args.repeat}; load avg {os.getloadavg()[0]:.1f})")
     finally:
         subprocess.run(cli + ["services", "down"], cwd=REPO, env=svc, capture_output=True, text=True)
-        from components.services import deploy
         cfg = deploy.load_config(root / "services" / "services") or {}
         if KEEP:
             print(f"files kept for a look: {root}", file=sys.stderr)

@@ -23,18 +23,13 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+from engine_throughput import contexts, load, report, workload_args
 
-import torch  # noqa: E402
-
-from components.engine.base import Request, SamplingParams  # noqa: E402
-from components.methods.base import Group  # noqa: E402
-from engine_throughput import contexts, load, report  # noqa: E402
+from components.engine.base import Request, SamplingParams
+from components.methods.base import Group
 
 
 def rollouts(model, tok, args) -> list[Group]:
@@ -127,16 +122,8 @@ def run(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--math500", action="store_true", help="MATH500 prompts in the chat template")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--max-new", type=int, default=128)
+    workload_args(ap, prompts=16, max_new=128, threads=1)
     ap.add_argument("--micro-batch", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-top", type=int, default=12)
     ap.add_argument("--results", default=None, metavar="KEY")

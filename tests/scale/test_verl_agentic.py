@@ -9,15 +9,12 @@ resuming from it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from verl_cases import check_method_invariants, registry_cases
+from verl_cases import check_method_invariants, kill_after_first_checkpoint, registry_cases
 
 # agentic.yaml's environment and base policy (its pretrain: ~150 s at 1 thread; base success
 # on the train pool ~0.2 at T=1, so groups of 8 episodes have mixed outcomes)
@@ -94,24 +91,7 @@ def test_agentic_sigkilled_stage_resumes_from_verls_checkpoint(agentic_inputs, s
     from components import lineage
 
     params = {**TRAIN, "method": "vsr", "method_config": CONFIGS["vsr"], "seed": 1, "val_size": 0}
-    cmd = [sys.executable, "-m", "components.cli", "run-stage", "train", "--params", json.dumps(params),
-           "--inputs", json.dumps(agentic_inputs), "--sweep", "scale"]
-    works = Path(os.environ["RLVR_HOME"]) / "work" / "train"
-    before = set(works.glob("*")) if works.is_dir() else set()
-    log1 = scale_home / "agentic-killed.log"
-    with log1.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline, work = time.monotonic() + 1200, None
-    while time.monotonic() < deadline and proc.poll() is None:
-        new = [w for w in works.glob("*") if w not in before] if works.is_dir() else []
-        if new and (new[0] / "verl_checkpoints" / "latest_checkpointed_iteration.txt").is_file():
-            work = new[0]
-            break
-        time.sleep(2)
-    assert work is not None, f"no verl checkpoint before the deadline; log:\n{log1.read_text()[-3000:]}"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    cmd, work = kill_after_first_checkpoint(params, agentic_inputs, scale_home / "agentic-killed.log")
     ckpt = work / "verl_checkpoints"
     done_before = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*"))
     assert done_before and done_before[-1] < 3

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from verl_cases import check_method_invariants, registry_cases
+from verl_cases import check_method_invariants, kill_after_first_checkpoint, registry_cases
 
 # 64 tokens: the pool's 4-5-term traces are 35-45 tokens (a 32-token budget cut every one: reward 0)
 TRAIN = {"backend": "verl", "steps": 3, "batch_prompts": 4, "max_new_tokens": 64, "val_size": 4, "val_every": 3,
@@ -205,24 +202,7 @@ def test_sigkilled_stage_resumes_from_verls_checkpoint(train_inputs, scale_home,
     from components import lineage
 
     params = {**TRAIN, "method": method, "method_config": method_config, "seed": 1, "steps": steps}
-    cmd = [sys.executable, "-m", "components.cli", "run-stage", "train", "--params", json.dumps(params),
-           "--inputs", json.dumps(train_inputs), "--sweep", "scale"]
-    works = Path(os.environ["RLVR_HOME"]) / "work" / "train"
-    before = set(works.glob("*")) if works.is_dir() else set()
-    log1 = scale_home / f"killed-{method}.log"
-    with log1.open("w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline, work = time.monotonic() + 1200, None
-    while time.monotonic() < deadline and proc.poll() is None:
-        new = [w for w in works.glob("*") if w not in before] if works.is_dir() else []
-        if new and (new[0] / "verl_checkpoints" / "latest_checkpointed_iteration.txt").is_file():
-            work = new[0]
-            break
-        time.sleep(2)
-    assert work is not None, f"no verl checkpoint before the deadline; log:\n{log1.read_text()[-3000:]}"
-    os.killpg(proc.pid, signal.SIGKILL)        # the stage, its Ray head and everything it started
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    cmd, work = kill_after_first_checkpoint(params, train_inputs, scale_home / f"killed-{method}.log")
     # the step verl's tracker names (a global_step_* dir the kill caught mid-save is not one)
     last = int((work / "verl_checkpoints" / "latest_checkpointed_iteration.txt").read_text())
     assert 1 <= last < steps and last in _verl_steps(work)

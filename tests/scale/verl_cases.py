@@ -57,3 +57,34 @@ def check_method_invariants(out: Path, method: str, method_config: dict, batch: 
     assert summary["generated_tokens"] == total == sum(r["tokens/generated"] for r in steps)
     assert steps[-1]["tokens/generated_cum"] == total
     return rows
+
+
+def kill_after_first_checkpoint(params: dict, inputs: dict, log: Path) -> tuple[list[str], Path]:
+    """``rlvr run-stage train`` in its own process group, SIGKILLed (the stage, its Ray head and
+    everything it started) once verl has written a checkpoint; returns the command, to run again,
+    and the killed run's work directory (named by its cache key)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "components.cli", "run-stage", "train", "--params", json.dumps(params),
+           "--inputs", json.dumps(inputs), "--sweep", "scale"]
+    works = Path(os.environ["RLVR_HOME"]) / "work" / "train"
+    before = set(works.glob("*")) if works.is_dir() else set()
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline, work = time.monotonic() + 1200, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        new = [w for w in works.glob("*") if w not in before] if works.is_dir() else []
+        if new and (new[0] / "verl_checkpoints" / "latest_checkpointed_iteration.txt").is_file():
+            work = new[0]
+            break
+        time.sleep(2)
+    assert work is not None, f"no verl checkpoint before the deadline; log:\n{log.read_text()[-3000:]}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return cmd, work

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,16 +50,6 @@ RUN3_STEPS = 16
 STAGES = ("prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate", "tokens", "tables")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.fixture(scope="module")
 def deployment():
     # a directory the postgres system user can traverse (pytest's tmp root is 0700)
@@ -69,7 +58,7 @@ def deployment():
     home = root / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLVR_"))}
     env.update({"RLVR_HOME": str(home), "PYTHONPATH": str(REPO)})
-    af, ml, pg = _free_ports(3)
+    af, ml, pg = deploy.free_ports(3)
     cli = [sys.executable, "-m", "components.cli"]
     t0 = time.monotonic()
     r = subprocess.run(cli + ["services", "up", "--airflow-port", str(af), "--mlflow-port", str(ml),

@@ -157,7 +157,10 @@ def build_dag(cfg: Sweep, source: Path):
                 f"training runs ({', '.join(g['key'] for g in cfg.grid())}).\n\nEach run uses the sweep as "
                 "it was when the run started (snapshot in `start_sweep` and the MLflow sweep run).",
          tags=["rlvr", cfg.executor], params=_params(cfg),
-         default_args={"retries": cfg.retries, "retry_delay": timedelta(seconds=cfg.retry_delay_s)})
+         # weight_rule upstream: a task deeper in the graph goes first, so a running sweep's
+         # evaluations and tables are not queued behind a later sweep's (or cell's) training
+         default_args={"retries": cfg.retries, "retry_delay": timedelta(seconds=cfg.retry_delay_s),
+                       "weight_rule": "upstream"})
     def sweep_dag():
         @task(multiple_outputs=True)
         def start_sweep() -> dict:

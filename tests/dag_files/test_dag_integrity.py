@@ -36,7 +36,7 @@ PROBE = textwrap.dedent("""
             "tasks": {t.task_id: {"retries": t.retries, "mapped": isinstance(t, MappedOperator),
                                   "retry_delay": t.retry_delay.total_seconds(),
                                   "teardown": t.is_teardown, "setup": t.is_setup, "pool": t.pool,
-                                  "pool_slots": t.pool_slots,
+                                  "pool_slots": t.pool_slots, "weight_rule": str(t.weight_rule),
                                   "upstream": sorted(t.upstream_task_ids)} for t in d.tasks}}
     heavy = [m for m in ("torch", "transformers", "mlflow", "vllm") if m in sys.modules]
     print(json.dumps({"dags": dags, "import_errors": bag.import_errors, "heavy": heavy,
@@ -91,6 +91,8 @@ def test_dagbag(tmp_path):
         assert set(tasks) == ((EXPECTED - {"grid"}) | K8S_EXTRA if k8s else EXPECTED)  # k8s: train_args maps
         assert all(t["retries"] == s.retries for t in tasks.values())
         assert all(t["retry_delay"] == s.retry_delay_s for t in tasks.values())
+        # the scheduler runs deeper tasks first: one sweep's evaluations before another's training
+        assert {t["weight_rule"] for t in tasks.values()} == {"upstream"}
         assert tasks["train"]["mapped"] and tasks["evaluate"]["mapped"]
         assert not tasks["tables"]["mapped"] and not tasks["tokens"]["mapped"]
         # kubernetes mode: a pod task's only upstream is the task that builds its arguments

@@ -24,6 +24,7 @@ from components.error_text import one_line
 _MAX_KEY, _MAX_PARAM, _MAX_TAG = 250, 6000, 8000
 # Without this tag MLflow 3's UI treats an experiment as GenAI and opens an empty overview.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+TABLES_RUN_TAG = "rlvr.tables_run"   # on a sweep run: the tables stage run its result is (see latest_tables_run)
 
 
 # ---------------------------------------------------------------- mlflow helpers
@@ -250,9 +251,11 @@ def end_sweep_run(run_id: str, status: str = "FINISHED", tables: dict | None = N
     the sweep's question: its description is the results table headed by the winning
     method, and each method's headline numbers are parent-run metrics. Every close records
     the whole run's wall time, first start to now (``rlvr.wall_time``, ``sweep/wall_time_s``)."""
+    c = client()
     if tables and status == "FINISHED":
         summarise_sweep(run_id, Path(tables["uri"]), tables.get("run_id", ""))
-    c = client()
+        if tables.get("run_id"):   # the tables this run used: computed now, or a cache hit of another sweep's
+            c.set_tag(run_id, TABLES_RUN_TAG, tables["run_id"])
     run, end = c.get_run(run_id), int(time.time() * 1000)
     closes = json.loads(run.data.tags.get("rlvr.closes", "[]")) + [[status, end]]
     wall = (end - run.info.start_time) / 1000
@@ -323,12 +326,21 @@ def sweep_runs_url(base: str, sweep: str | None) -> str:
 
 
 def latest_tables_run(sweep: str):
-    """The latest FINISHED ``tables`` stage run of ``sweep`` (LookupError when there is none)."""
-    runs = search_all(f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{sweep}' "
-                      "and attributes.status = 'FINISHED'")
-    if not runs:
+    """The tables of ``sweep``'s latest result (LookupError when there is none): the newer of its
+    latest FINISHED ``tables`` stage run and the tables run its latest FINISHED sweep run used.
+    The second is another sweep's run when the stage was a cache hit (a cache key holds no sweep
+    name): a renamed sweep file, or a sweep whose tables inputs another sweep computed first."""
+    own = search_all(f"tags.`rlvr.stage` = 'tables' and tags.`rlvr.sweep` = '{sweep}' "
+                     "and attributes.status = 'FINISHED'")
+    used = search_all(f"tags.`rlvr.kind` = 'sweep' and tags.`rlvr.sweep` = '{sweep}' "
+                      f"and tags.`{TABLES_RUN_TAG}` != '' and attributes.status = 'FINISHED'")
+    if used and (not own or used[0].info.start_time > own[0].info.start_time):
+        run = client().get_run(used[0].data.tags[TABLES_RUN_TAG])
+        if run.info.status == "FINISHED":
+            return run
+    if not own:
         raise LookupError(f"no finished 'tables' run for sweep '{sweep}' in {tracking_uri()}")
-    return runs[0]
+    return own[0]
 
 
 def runs_url(base: str, experiment_id: str) -> str:

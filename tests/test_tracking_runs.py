@@ -328,3 +328,22 @@ def test_param_names_mlflow_refuses_are_spelled_out(home, tmp_path):
     params = lineage.client().get_run(parent).data.params
     assert params["tables.preregistration.paper_effects.vsr_gt_grpo"] == "0.2403"
     assert params["tables.preregistration.paper_effects.grpo_lt_base"] == "1"
+
+
+def test_tables_of_a_sweep_whose_tables_stage_was_a_cache_hit(home):
+    """A sweep renamed (or one whose tables inputs another sweep computed first) hits the tables
+    stage's cache: the tables run is tagged with the other sweep. ``rlvr tables`` of the new name
+    finds it through the sweep run that used it; a later tables run of its own wins over it."""
+    first = _cell(sweep="old")
+    inputs = {"eval_base": first["evaluate base"]["uri"], "tokens": first["evaluate base"]["uri"]}
+    done = run_stage("tables", {}, inputs, sweep="old", parent_run_id=first["parent"])
+    with pytest.raises(LookupError, match="no finished 'tables' run for sweep 'new'"):
+        tracking.latest_tables_run("new")
+    parent = tracking.start_sweep_run("new", {"name": "new", "seeds": [0], "methods": ["grpo", "vsr"]})
+    hit = run_stage("tables", {}, inputs, sweep="new", parent_run_id=parent)
+    assert hit["cached"] and hit["run_id"] == done["run_id"]
+    tracking.end_sweep_run(parent, "FINISHED", tables=hit)
+    assert tracking.latest_tables_run("new").info.run_id == done["run_id"]
+    time.sleep(0.01)
+    own = run_stage("tables", {}, {**inputs, "eval_grpo": first["evaluate grpo"]["uri"]}, sweep="new")
+    assert not own["cached"] and tracking.latest_tables_run("new").info.run_id == own["run_id"]

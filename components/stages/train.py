@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from components.error_text import FieldError
 from components.stages.base import StageContext
 from components.trainer.train_config import TrainConfig, train_config_of
 
@@ -47,6 +48,13 @@ class Params(TrainConfig):
     layout: Literal["turns", "serialized"] = "turns"
     max_episode_tokens: int = Field(4096, ge=1, description="serialized layout: response budget of an episode")
 
+    @model_validator(mode="after")
+    def _device_is_embedded(self):
+        if self.backend == "verl" and self.device != "cpu":
+            raise FieldError("device", f"{self.device!r} is the embedded trainer's; verl places its workers "
+                                       "by n_gpus_per_node / nnodes")
+        return self
+
 
 def run(params: Params, ctx: StageContext) -> dict:
     if params.backend == "verl":
@@ -58,7 +66,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.trainer.task import task_class
 
     set_threads(params.threads)
-    model, tok = load_model(ctx.input("model"))
+    model, tok = load_model(ctx.input("model"), params.device, "float32")
     task, items, val, resources = task_class(params.task).from_stage(params, ctx, tok)
     try:
         trainer = EmbeddedTrainer(train_config_of(params), model, tok, task, ctx.tracker)
@@ -66,4 +74,6 @@ def run(params: Params, ctx: StageContext) -> dict:
     finally:
         task.close()
     trainer.save_outputs(ctx.out_dir)
+    if params.device != "cpu":
+        summary = {**summary, "device": str(next(model.parameters()).device)}
     return summary

@@ -93,7 +93,8 @@ def load(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
         raise RuntimeError(f"{path}: checkpoint does not match the model (missing {bad[:3]}, unexpected {unexpected[:3]})")
     if getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
-    opt = torch.load(path / "optim.pt", weights_only=False)
+    # read onto the CPU whatever device wrote it: load_state_dict moves it to the parameters' device
+    opt = torch.load(path / "optim.pt", weights_only=False, map_location="cpu")
     optimizer.load_state_dict(opt["optimizer"])
     if scheduler is not None and opt["scheduler"] is not None:
         scheduler.load_state_dict(opt["scheduler"])

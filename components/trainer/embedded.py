@@ -117,7 +117,8 @@ class EmbeddedTrainer(FitLoop):
     def update(self, rollouts: list) -> dict[str, float]:
         c = self.cfg
         groups, task_adv = self.task.loss_rows(rollouts, c)
-        seqs = build_sequences(groups, self.tok.pad_token_id)
+        dev = next(self.model.parameters()).device
+        seqs = build_sequences(groups, self.tok.pad_token_id).to(dev)
         if len(seqs) == 0:
             return {"loss": 0.0, "grad_norm": 0.0}
         # a method may give exact per-sample advantages (Reinforce-Ada-Seq: statistics over all
@@ -126,18 +127,18 @@ class EmbeddedTrainer(FitLoop):
         if task_adv is None:
             adv = adv_estimator(c.adv_estimator)(seqs, c)
         else:
-            adv = torch.tensor(task_adv, dtype=torch.float32)
+            adv = torch.tensor(task_adv, dtype=torch.float32, device=dev)
         fixed, weight = advantage_terms(self.method, groups)
-        fixed = torch.tensor(fixed, dtype=adv.dtype)
-        adv = torch.where(torch.isnan(fixed), adv, fixed) * torch.tensor(weight)
+        fixed = torch.tensor(fixed, dtype=adv.dtype, device=dev)
+        adv = torch.where(torch.isnan(fixed), adv, fixed) * torch.tensor(weight, device=dev)
         adv = torch.where(seqs.supervised, torch.zeros_like(adv), adv)
         mask = seqs.response_mask
         # rows whose advantages are per token, from the policy's entropy (RL-ZVP)
         per_token = torch.tensor([t for g, t in zip(groups, self.method.token_advantage_groups(groups))
-                                  for _ in range(g.n)], dtype=torch.bool)
+                                  for _ in range(g.n)], dtype=torch.bool, device=dev)
         pg_mask, sup_mask = mask * (~seqs.supervised)[:, None], mask * seqs.supervised[:, None]
         # sequences with a zero advantage contribute exactly nothing without a KL term: skip them
-        keep = seqs.supervised | (adv != 0) | per_token if c.kl_coef == 0 else torch.ones(len(seqs), dtype=torch.bool)
+        keep = seqs.supervised | (adv != 0) | per_token if c.kl_coef == 0 else torch.ones(len(seqs), dtype=torch.bool, device=dev)
         rows = torch.nonzero(keep).flatten()
         stats = {"loss": 0.0, "pg_clipfrac": 0.0, "entropy": 0.0, "trained_sequences": float(len(rows))}
         if len(rows) == 0:

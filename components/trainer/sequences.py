@@ -25,6 +25,10 @@ class Sequences:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device) -> "Sequences":
+        return Sequences(self.input_ids.to(device), self.attention.to(device), self.response_mask.to(device),
+                         self.group_ids, self.rewards.to(device), self.supervised.to(device))
+
 
 def build_sequences(groups: list[Group], pad_id: int) -> Sequences:
     rows, masks, gids, rewards, sup = [], [], [], [], []

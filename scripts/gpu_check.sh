@@ -7,7 +7,7 @@
 # 1. tests marked `cuda` (tests/engine/test_cuda.py): greedy ids CPU == CUDA fp32 and bf16
 #    within tolerance, on the tiny policy and SmolLM2, plus SmolLM2's engine == generate
 #    parity; the embedded trainer's update on CUDA (GRPO, RL-ZVP, PG-OPD) and its checkpoint
-#    resumed on the CPU (tests/trainer/test_device.py); RLVR_REQUIRE_CUDA /
+#    resumed on the CPU (tests/trainer/test_trainer_device.py); RLVR_REQUIRE_CUDA /
 #    RLVR_REQUIRE_SMOLLM2 turn a skip into a failure;
 # 2. bench/engine_throughput.py on CUDA: the tiny policy at the demo's shapes and SmolLM2 at
 #    16 MATH500 prompts x 4 samples, model.generate vs the engine before/after, with profiles.
@@ -28,7 +28,7 @@ step() { local name=$1 limit=$2; shift 2; echo "== $name (limit ${limit}s)"; loc
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"; echo "== $name: $((SECONDS - t0)) s"; }
 
 step tests 240 "$PY" -m pytest -q -rs tests/engine/test_cuda.py tests/engine/test_parity.py tests/engine/test_hf.py \
-  tests/trainer/test_device.py
+  tests/trainer/test_trainer_device.py
 SMOL_DIR="$("$PY" -c "
 import sys; sys.path.insert(0, '.')
 from pathlib import Path

@@ -8,7 +8,9 @@ k samples). Estimated by the two-way ANOVA method of moments on the seeds x prob
 ``var_seed/S + var_problem/P + var_resid/(S*P)``; the 95 % half-width is 1.96 x its square root
 (the hierarchical bootstrap of ``analysis.stats`` estimates the same quantity).
 
-A claim compares two trained methods with the same seeds and problems (VSR vs GRPO). The pilot
+The claims sized are the sanity claim and the papers' accuracy claims of the pilot's task (its
+evaluations' ``task``: math, or agentic with the held-out maps as problems) that have a paper
+effect. A claim compares two trained methods with the same seeds and problems (VSR vs GRPO). The pilot
 has one trained method (GRPO) and the base policy, so the difference's components are
 projected, as stated in the output: seed and residual terms of two independent training runs
 (2 x GRPO's ``var_seed``, 2 x ``var_resid``), and the between-problem heterogeneity of an effect
@@ -93,18 +95,27 @@ def pilot_components(results: list[dict], eval_set: str, method: str = "grpo", b
     return {"method": own, "effect": eff, "projected": proj}
 
 
+def results_task(results: list[dict]) -> str:
+    """The task of a pilot's evaluations (``math`` unless they say otherwise); one per pilot."""
+    tasks = {r.get("task", "math") for r in results}
+    if len(tasks) != 1:
+        raise ValueError(f"power: the evaluations mix tasks {sorted(tasks)}; a pilot is of one task")
+    return tasks.pop()
+
+
 def power_rows(results: list[dict], problem_counts: list[int], max_seeds: int = 40) -> list[dict]:
     from analysis.paper_claims import CLAIMS
     from analysis.tables import eval_set as set_of
 
     sets = sorted({set_of(r) for r in results if r["method"] == "grpo"}, key=lambda s: (s != "arith_levels", s))
+    task = results_task(results)
     rows = []
     for where in sets:
         pc = pilot_components(results, where)
         level = pc["method"].mean
         claims = [("grpo>base", "sanity", None, pc["effect"])]
         claims += [(c.id, c.paper, c.paper_effect, pc["projected"]) for c in CLAIMS
-                   if c.kind == "accuracy" and c.paper_effect is not None and c.task == "math"]
+                   if c.kind == "accuracy" and c.paper_effect is not None and c.task == task]
         for cid, paper, rel, comp in claims:
             # the sanity claim has no paper effect: its requirement is an interval that excludes 0 at
             # the pilot's own effect, i.e. half-width <= half the measured GRPO - base difference

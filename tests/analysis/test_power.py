@@ -61,3 +61,16 @@ def test_power_rows_for_the_sanity_and_the_papers_claims():
     assert "## Seeds needed for a 95 % half-width <= half the effect" in md and "| arith_levels |" in md
     with pytest.raises(ValueError, match="need >= 2 seeds of grpo"):
         power_rows(res[:2], [400])
+
+
+def test_an_agentic_pilot_sizes_the_agentic_claims():
+    rng = np.random.default_rng(5)
+    p = rng.uniform(0.0, 0.5, 256)
+    res = [{**result("base", None, np.clip(p + rng.normal(0, .05, 256), 0, 1), None), "split": "heldout",
+            "task": "agentic"}]
+    res += [{**result("grpo", s, np.clip(p + 0.03 + rng.normal(0, .05, 256), 0, 1), None), "split": "heldout",
+             "task": "agentic"} for s in range(3)]
+    claims = {r["claim"] for r in power_rows(res, [256])}
+    assert claims == {"grpo>base", "no_scoring<vsr"}              # the agentic claims with a paper effect
+    with pytest.raises(ValueError, match="mix tasks"):
+        power_rows(res + [result("grpo", 9, p, "arith_levels")], [256])

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from components.error_text import FieldError
-from components.stages.base import StageContext
+from components.stages.base import Device, StageContext
 from components.trainer.train_config import TrainConfig, train_config_of
 
 NAME = "train"
@@ -30,10 +30,13 @@ class Params(TrainConfig):
     # keeps every key; the fields below were added later: left out of the dump at default.
     ADDED_FIELDS = TrainConfig.ADDED_FIELDS + ("n_gpus_per_node", "nnodes", "rollout_tp", "gpu_memory_utilization",
                                                "max_prompt_length", "verl_overrides", "gpu_memory_gib", "layout",
-                                               "max_episode_tokens")
+                                               "max_episode_tokens", "device")
     ONLY: ClassVar[dict[str, str]] = {**TrainConfig.ONLY, "layout": "agentic", "max_episode_tokens": "agentic"}
     backend: Literal["embedded", "verl"] = "embedded"
     threads: int | None = None
+    # the embedded trainer's device, float32 there (the update's log-ratios and the rollouts read
+    # the same weights); the trainer works on whatever device its model is on
+    device: Device = "cpu"
     # verl backend only: resources and raw verl overrides (Hydra ``key=value``, applied last)
     n_gpus_per_node: int = Field(1, ge=1)
     nnodes: int = Field(1, ge=1)

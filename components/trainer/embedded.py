@@ -138,7 +138,7 @@ class EmbeddedTrainer(FitLoop):
                                   for _ in range(g.n)], dtype=torch.bool, device=dev)
         pg_mask, sup_mask = mask * (~seqs.supervised)[:, None], mask * seqs.supervised[:, None]
         # sequences with a zero advantage contribute exactly nothing without a KL term: skip them
-        keep = seqs.supervised | (adv != 0) | per_token if c.kl_coef == 0 else torch.ones(len(seqs), dtype=torch.bool, device=dev)
+        keep = seqs.supervised | (adv != 0) | per_token if c.kl_coef == 0 else torch.ones_like(seqs.supervised)
         rows = torch.nonzero(keep).flatten()
         stats = {"loss": 0.0, "pg_clipfrac": 0.0, "entropy": 0.0, "trained_sequences": float(len(rows))}
         if len(rows) == 0:

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, validation_problem
-from components.stages.base import Device, StageParams, TaskParams
+from components.stages.base import StageParams, TaskParams
 
 # advantage estimators (``components.algos.advantages``) per task: outcome or episode ones
 ESTIMATORS = {"math": ("grpo", "drgrpo", "rloo"), "agentic": ("gigpo", "episode")}
@@ -32,8 +32,7 @@ class TrainConfig(TaskParams):
 
     # the fields the agentic task brought: a math run's dump (and cache key) is without them
     ADDED_FIELDS: ClassVar[tuple[str, ...]] = ("task", "gamma", "step_weight", "gigpo_mode", "episode_stats",
-                                               "ppo_mini_batch_size", "keep_best", "val_temperature", "val_top_p",
-                                               "device")
+                                               "ppo_mini_batch_size", "keep_best", "val_temperature", "val_top_p")
     # fields that mean something on one task only: set on the other, refused
     ONLY = {"val_samples": "math", "ppo_mini_batch_size": "math", "val_temperature": "math", "val_top_p": "math", "grading_timeout_s": "math", "gamma": "agentic", "step_weight": "agentic",
             "gigpo_mode": "agentic", "episode_stats": "agentic"}
@@ -84,9 +83,6 @@ class TrainConfig(TaskParams):
     step_weight: float = 1.0
     gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
     episode_stats: Literal["steps", "episodes"] = "steps"
-    # the embedded trainer's device (float32 there: the update's log-ratios and the engine's
-    # rollouts of the same weights); auto = cuda when torch sees a device
-    device: Device = "cpu"
 
     @model_validator(mode="after")
     def _method_known(self):

@@ -70,7 +70,7 @@ def _teacher(model):
 
 def _trainer(model, tok, device, **kw):
     cfg = TrainConfig(**{"steps": 3, "batch_prompts": 4, "max_new_tokens": 16, "val_size": 4, "val_samples": 1,
-                         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, "device": device, **kw})
+                         "ckpt_every": 2, "val_every": 2, "lr": 1e-3, **kw})
     return EmbeddedTrainer(cfg, copy.deepcopy(model).to(device), tok, parity_reward, NullTracker())
 
 

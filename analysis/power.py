@@ -35,8 +35,10 @@ from pathlib import Path
 import numpy as np
 
 Z95 = 1.959964
-# problem counts the output sizes seeds for: the hard held-out cap of the sweeps and arith_levels' size
-PROBLEM_COUNTS = [400, 1050]
+# problem counts the output sizes seeds for, per task. Math: the hard held-out cap of the sweeps and
+# arith_levels' size. Agentic: held-out maps come from a seed generator (no cap), so the ladder runs
+# from the diagnostics' 256 maps up.
+PROBLEM_COUNTS = {"math": [400, 1050], "agentic": [256, 1024, 2048, 4096]}
 
 
 @dataclass(frozen=True)
@@ -188,11 +190,15 @@ def sweep_results(sweep: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep")
-    ap.add_argument("--problems", default=",".join(map(str, PROBLEM_COUNTS)), help="comma-separated problem counts")
+    ap.add_argument("--problems", default=None,
+                    help="comma-separated problem counts (default: the pilot task's, PROBLEM_COUNTS)")
     ap.add_argument("--max-seeds", type=int, default=40)
     a = ap.parse_args(argv)
     try:
-        print(power_markdown(sweep_results(a.sweep), [int(x) for x in a.problems.split(",")], a.max_seeds))
+        results = sweep_results(a.sweep)
+        counts = ([int(x) for x in a.problems.split(",")] if a.problems
+                  else PROBLEM_COUNTS[results_task(results)])
+        print(power_markdown(results, counts, a.max_seeds))
     except (LookupError, ValueError) as e:
         print(f"power: {e}", file=sys.stderr)
         return 2

@@ -152,12 +152,13 @@ def _demote(md: str) -> str:
 
 def power_tables(name: str) -> str:
     """The power calculation on the evaluate results behind the sweep's latest tables run."""
-    from analysis.power import PROBLEM_COUNTS, power_markdown, sweep_results
+    from analysis.power import PROBLEM_COUNTS, power_markdown, results_task, sweep_results
 
     run, _ = tables_run(name)
     how = (f"*Printed by `python -m analysis.power {name}`; written here by `scripts/readme_tables.py`, never "
            f"typed; from the evaluate results of the sweep's tables run, {provenance(run.data.tags)}.*\n")
-    return how + "\n" + _demote(power_markdown(sweep_results(name), PROBLEM_COUNTS))
+    results = sweep_results(name)
+    return how + "\n" + _demote(power_markdown(results, PROBLEM_COUNTS[results_task(results)]))
 
 
 PLOTS = REPO / "docs" / "plots"

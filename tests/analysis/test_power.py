@@ -74,3 +74,20 @@ def test_an_agentic_pilot_sizes_the_agentic_claims():
     assert claims == {"grpo>base", "no_scoring<vsr"}              # the agentic claims with a paper effect
     with pytest.raises(ValueError, match="mix tasks"):
         power_rows(res + [result("grpo", 9, p, "arith_levels")], [256])
+
+
+def test_the_default_problem_counts_are_the_pilot_tasks(monkeypatch, capsys):
+    import analysis.power as power
+
+    rng = np.random.default_rng(6)
+    p = rng.uniform(0.0, 0.5, 64)
+    agentic = [{**result("base", None, p, None), "split": "heldout", "task": "agentic"}]
+    agentic += [{**result("grpo", s, np.clip(p + 0.03 + rng.normal(0, .05, 64), 0, 1), None),
+                 "split": "heldout", "task": "agentic"} for s in range(3)]
+    monkeypatch.setattr(power, "sweep_results", lambda sweep: agentic)
+    assert power.main(["study_agentic_pilot"]) == 0
+    header = [ln for ln in capsys.readouterr().out.splitlines() if "seeds@" in ln][0]
+    assert [f"seeds@{n}" for n in power.PROBLEM_COUNTS["agentic"]] == [
+        c.strip() for c in header.split("|") if c.strip().startswith("seeds@")]
+    assert power.main(["study_agentic_pilot", "--problems", "300"]) == 0
+    assert "seeds@300" in capsys.readouterr().out

@@ -9,7 +9,8 @@ Evaluated on a sweep it is:
   effect scaled to this sweep (an equivalence-style test: an effect as large as the paper's is
   ruled out). Scaling (``PAPER_EFFECT_RULE``): the paper's relative effect
   (``Claim.paper_effect``: method / other - 1 on its benchmark average) times the ``other``
-  method's measured mean on the judged set; claims without a paper pair of numbers have none;
+  method's measured mean on the judged set (a per-update measure: its mean per update); claims
+  without a paper pair of numbers have none;
 - **inconclusive**: the interval contains zero (and the paper's effect, where there is one), or
   the evidence is incomplete (said in ``note``): fewer than ``MIN_SEEDS`` training seeds, or a
   target reached by some seeds only -- the study cannot tell;
@@ -26,6 +27,7 @@ Measures and their intervals (``analysis.stats``):
   first common benchmark.
 - ``tokens_per_update``: paired difference of newly generated tokens per update (discarded
   rollouts included); bootstrap over training seeds, then update steps.
+- ``rollouts_per_update``: the same for the rollouts generated per update (``rollouts``).
 - ``rollouts_to_target``: paired difference of the rollouts each training seed needs until its
   smoothed validation accuracy reaches the target (``analysis.rollouts``; the target is the
   accuracy every seed of the tables' ``rollouts_baseline`` reaches); bootstrap over seeds.
@@ -58,6 +60,8 @@ SMALLER = "smaller than the paper's effect"
 VERDICTS = ("supported", "contradicted", SMALLER, "inconclusive", "not tested")
 # the notes of a "not tested" verdict whose claim this sweep cannot test at all
 ABSENT_NOTES = ("not in the sweep", "the paper makes this claim in the")
+# per-update measures: the training metric each reads and its unit
+PER_UPDATE = {"tokens_per_update": ("tokens/generated", "tokens"), "rollouts_per_update": ("rollouts", "rollouts")}
 PAPER_EFFECT_RULE = ("paper's relative effect (method / other - 1 on the paper's benchmark average) "
                      "x the other method's measured mean on the judged set")
 JUDGED_SETS = ("arith_levels", "heldout")
@@ -195,8 +199,9 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         e = paired_difference(MA, MR)
         return _accuracy_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]),
                                  f"{where}, {e.problems} problems")
-    if c.kind == "tokens_per_update":
-        a, b = _per_step(runs, c.method, "tokens/generated"), _per_step(runs, c.other, "tokens/generated")
+    if c.kind in PER_UPDATE:
+        key, what = PER_UPDATE[c.kind]
+        a, b = _per_step(runs, c.method, key), _per_step(runs, c.other, key)
         seeds = sorted(set(a) & set(b), key=str)
         if not seeds:
             return Verdict(c, "not tested", note="no training seed run by both methods")
@@ -204,8 +209,10 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         n = min(MA.shape[1], MB.shape[1])
         e = paired_difference(MA[:, :n], MB[:, :n])
         ref = float(MB[:, :n].mean())
-        return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, len(seeds), "tokens/update difference",
-                       f"{e.mean / ref:+.1%} of {c.other}'s {ref:.0f} tokens/update over {n} updates")
+        paper = c.paper_effect * ref if c.paper_effect is not None else math.nan
+        sign = 1.0 if c.direction == "higher" else -1.0
+        return Verdict(c, _decide(c, e, paper), e.mean, e.lo, e.hi, len(seeds), f"{what}/update difference",
+                       f"{e.mean / ref:+.1%} of {c.other}'s {ref:.0f} {what}/update over {n} updates", sign * paper)
     if c.kind in ("val_early", "val_gain"):
         return _val_shape(c, runs)
     if c.kind == "rollouts_to_target":

@@ -73,6 +73,12 @@ VSR_BABYAI: list[dict[str, Any]] = [
      "model": "Qwen/Qwen2.5-1.5B-Instruct", "method": method, "benchmark": "babyai",
      "metric": f"success (run {i + 1})", "value": v, "note": "independent training run; 128 map seeds per level"}
     for method, runs in VSR_BABYAI_RUNS.items() for i, v in enumerate(runs)]
+# Seed 001 (the newer allocators' abstracts): the cost numbers they state, as shares saved.
+# PAIR: generated tokens against full-group GRPO in compute-matched runs, per model.
+PAIR_TOKENS_SAVED = {"Qwen3-1.7B": 0.51, "Qwen3-4B": 0.52}
+# SARA: rollouts against DS (dynamic sampling, the oracle it is compared with), 1.5B/3B models on
+# math and planning; SARA alone and composed with DPS.
+SARA_ROLLOUTS_SAVED = {"sara": 0.22, "sara_dps": 0.67}
 # our method names on episodes (components/methods/registry.py) -> the paper's agentic names
 AGENTIC_METHODS = {"grpo": "gigpo", "vsr": "vsr_gigpo", "vsr_no_scoring": "uniform_gigpo"}
 

@@ -13,10 +13,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from analysis.paper import VIGOR_METHODS, VSR_BABYAI_RUNS, VSR_TOKENS, _VIGOR_TABLE1, _VSR_TABLE1
+from analysis.paper import (PAIR_TOKENS_SAVED, SARA_ROLLOUTS_SAVED, VIGOR_METHODS, VSR_BABYAI_RUNS, VSR_TOKENS,
+                            _VIGOR_TABLE1, _VSR_TABLE1)
 
-Kind = Literal["accuracy", "tokens_per_update", "rollouts_to_target", "val_early", "val_gain",
-               "relative_gain_by_size"]
+Kind = Literal["accuracy", "tokens_per_update", "rollouts_per_update", "rollouts_to_target", "val_early",
+               "val_gain", "relative_gain_by_size"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,16 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("RL-ZVP", "rl_zvp>grpo", "RL-ZVP beats GRPO in accuracy", "accuracy", "rl_zvp", "grpo", "higher",
           "RL-ZVP (Le et al., 2026; not among the seeds); the seeds' numbers are VIGOR Table 1's",
           _vigor("rl_zvp", "grpo"), task="math", paper_effect=_vigor_rel("rl_zvp", "grpo")),
+    # ---- seed 001's allocators: the cost claims whose abstracts give a number
+    Claim("PAIR", "pair_tokens<grpo", "PAIR generates fewer tokens per update than full-group GRPO",
+          "tokens_per_update", "pair", "grpo", "lower", "seed 001, PAIR abstract (compute-matched RLVR runs)",
+          "; ".join(f"{m}: {v:.0%} fewer generated tokens than full-group GRPO" for m, v in PAIR_TOKENS_SAVED.items()),
+          paper_effect=statistics.mean(PAIR_TOKENS_SAVED.values())),
+    *(Claim("SARA", f"{m}_rollouts<dapo", f"{name} generates fewer rollouts per update than dynamic sampling "
+            "(DAPO's)", "rollouts_per_update", m, "dapo", "lower",
+            "seed 001, SARA abstract (math reasoning and planning, 1.5B/3B models)",
+            f"{SARA_ROLLOUTS_SAVED[m]:.0%} fewer rollouts than DS", paper_effect=SARA_ROLLOUTS_SAVED[m])
+      for m, name in (("sara", "SARA"), ("sara_dps", "SARA composed with DPS"))),
     # ---- VIP (an AI summary of the paper: Main Findings)
     Claim("VIP", "vip>base_estimator", "VIP beats uniform allocation with the same base estimator "
           "(RLOO+VIP vs RLOO, Dr.GRPO+VIP vs Dr.GRPO)", "accuracy", "vip", "grpo", "higher",

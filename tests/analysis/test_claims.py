@@ -235,3 +235,24 @@ def test_supported_but_smaller_says_so():
     res += [bench(result("vsr", s, accuracies(rng, np.clip(p + 0.03, 0, 1), 1000))) for s in range(5)]
     v = {x.claim.id: x for x in evaluate_claims(res, [])}["vsr>grpo"]
     assert v.verdict == "supported" and "excludes the paper's effect here" in v.note
+
+
+def test_seed_001_cost_claims_per_update_with_the_papers_effect():
+    from analysis.claims import SMALLER
+
+    runs = (runs_for("grpo", range(3), 1000, {0: .1, 6: .2})
+            + runs_for("pair", range(3), 480, {0: .1, 6: .2})
+            + runs_for("dapo", range(3), 1500, {0: .1, 6: .2}, rollouts=160)
+            + runs_for("sara", range(3), 1000, {0: .1, 6: .2}, rollouts=128))
+    v = {x.claim.id: x for x in evaluate_claims([], runs, window=1)}
+    pair = v["pair_tokens<grpo"]
+    assert pair.verdict == "supported" and pair.effect == pytest.approx(-520)
+    # the paper's share saved (PAIR's two models) x GRPO's mean per update (1000 + the seed offsets)
+    assert pair.paper_effect == pytest.approx(-0.515 * 1001) and pair.units == "tokens/update difference"
+    sara = v["sara_rollouts<dapo"]
+    assert sara.verdict == "supported" and sara.effect == pytest.approx(-32) and "rollouts/update" in sara.note
+    assert sara.paper_effect == pytest.approx(-0.22 * 160)
+    assert v["sara_dps_rollouts<dapo"].verdict == "not tested"
+    # the same tokens as GRPO: no reduction, and one the paper's size is ruled out
+    same = runs_for("grpo", range(3), 1000, {0: .1, 6: .2}) + runs_for("pair", range(3), 1000, {0: .1, 6: .2})
+    assert {x.claim.id: x for x in evaluate_claims([], same, window=1)}["pair_tokens<grpo"].verdict == SMALLER

@@ -113,13 +113,14 @@ def _decide(c: Claim, e: Estimate, paper: float = math.nan) -> str:
     return "inconclusive"
 
 
-def _accuracy_verdict(c: Claim, e: Estimate, other_mean: float, seeds: int, note: str) -> Verdict:
+def _scaled_verdict(c: Claim, e: Estimate, other_mean: float, seeds: int, units: str, note: str) -> Verdict:
+    """The verdict with the paper's effect scaled to ``other_mean`` (PAPER_EFFECT_RULE)."""
     paper = c.paper_effect * other_mean if c.paper_effect is not None else math.nan
     verdict = _decide(c, e, paper)
     sign = 1.0 if c.direction == "higher" else -1.0
     if verdict == "supported" and max(sign * e.lo, sign * e.hi) < paper:
         note += f"; the interval excludes the paper's effect here ({sign * paper:+.4g}): smaller"
-    return Verdict(c, verdict, e.mean, e.lo, e.hi, seeds, "mean@k difference", note, sign * paper)
+    return Verdict(c, verdict, e.mean, e.lo, e.hi, seeds, units, note, sign * paper)
 
 
 def _per_step(runs, method: str, key: str) -> dict[Any, list[float]]:
@@ -197,8 +198,8 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         MA, _, uids = accuracy_matrix(A)
         MR, _, _ = accuracy_matrix(R, uids)
         e = paired_difference(MA, MR)
-        return _accuracy_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]),
-                                 f"{where}, {e.problems} problems")
+        return _scaled_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]), "mean@k difference",
+                               f"{where}, {e.problems} problems")
     if c.kind in PER_UPDATE:
         key, what = PER_UPDATE[c.kind]
         a, b = _per_step(runs, c.method, key), _per_step(runs, c.other, key)
@@ -209,10 +210,8 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
         n = min(MA.shape[1], MB.shape[1])
         e = paired_difference(MA[:, :n], MB[:, :n])
         ref = float(MB[:, :n].mean())
-        paper = c.paper_effect * ref if c.paper_effect is not None else math.nan
-        sign = 1.0 if c.direction == "higher" else -1.0
-        return Verdict(c, _decide(c, e, paper), e.mean, e.lo, e.hi, len(seeds), f"{what}/update difference",
-                       f"{e.mean / ref:+.1%} of {c.other}'s {ref:.0f} {what}/update over {n} updates", sign * paper)
+        return _scaled_verdict(c, e, ref, len(seeds), f"{what}/update difference",
+                               f"{e.mean / ref:+.1%} of {c.other}'s {ref:.0f} {what}/update over {n} updates")
     if c.kind in ("val_early", "val_gain"):
         return _val_shape(c, runs)
     if c.kind == "rollouts_to_target":

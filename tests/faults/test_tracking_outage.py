@@ -1,9 +1,11 @@
-"""A real MLflow tracking server killed (SIGKILL to its session) while a stage logs to it.
+"""A real MLflow tracking server killed (SIGKILL to its session) or hung while a stage logs to it.
 
 1. It comes back mid-stage: the stage never blocks for long, what it logged meanwhile is
    spooled in its work dir and reaches the server while the stage still runs, the stage
    finishes, and every metric row is in MLflow exactly once.
-2. It never comes back: the stage ends with its artifact complete and an error naming the
+2. It hangs (SIGSTOP: connections accepted, never answered) mid-stage: one call waits out its
+   bounded timeout, the rest spool, and once it runs again every row is there exactly once.
+3. It never comes back: the stage ends with its artifact complete and an error naming the
    spool and `rlvr tracking replay`; that command, once the server is up, finishes the run
    (metrics, outputs, FINISHED), and the next call of the stage is a cache hit.
 """
@@ -146,6 +148,32 @@ def test_server_back_mid_stage_every_row_once(tmp_path, server):
     out, err = child.communicate(timeout=180)
     assert child.returncode == 0, err[-3000:]
     assert "spooled" in err and "answers again" in err, err[-3000:]
+    c, run = _ticker_run(server.url)
+    assert run.info.status == "FINISHED"
+    _assert_every_row_once(c, run)
+
+
+def test_server_hung_mid_stage_every_row_once(tmp_path, server):
+    """A server that holds its connections and never answers (SIGSTOP): one call waits out its
+    bounded timeout, the rest spool without waiting; once it runs again, it also stores the
+    requests it held, and the replay of the same rows adds none."""
+    home = tmp_path / "home"
+    child = _child(home, server, tmp_path, RLVR_TRACKING_TIMEOUT_S="3", RLVR_TRACKING_RETRIES="0")
+    _wait_step(tmp_path, 3, child)
+    os.killpg(server.proc.pid, signal.SIGSTOP)
+    try:
+        blocked = _wait_step(tmp_path, PARAMS["hold_at"], child)
+        assert blocked < 30, f"steps 4-6 took {blocked:.0f}s with the server hung (one bounded call, then spooling)"
+        spool = list((home / "work" / "ticker").glob("*/tracking-spool/*.jsonl"))
+        assert len(spool) == 1 and spool[0].read_text().count('"ticker/value"') >= 2, spool
+    finally:
+        os.killpg(server.proc.pid, signal.SIGCONT)
+    (tmp_path / "gate.1").touch()
+    (tmp_path / "gate.2").touch()
+    out, err = child.communicate(timeout=180)
+    assert child.returncode == 0, err[-3000:]
+    assert "spooled" in err and "answers again" in err, err[-3000:]
+    assert not spool[0].exists()
     c, run = _ticker_run(server.url)
     assert run.info.status == "FINISHED"
     _assert_every_row_once(c, run)

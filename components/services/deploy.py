@@ -293,10 +293,11 @@ def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
         cfg["pg_data"] = str(data)
         with open(sd / "logs" / "postgres-init.log", "a") as f:
             postgres.init_cluster(data, cfg["pg_password"], f)
+        postgres.clear_stale_locks(data, postgres.socket_dir(data))
         rec = procs.start(sd, "postgres", postgres.server_argv(data, cfg["pg_port"], postgres.socket_dir(data)),
                           {k: v for k, v in e.items() if not k.startswith("AIRFLOW")}, user=postgres.run_as(),
                           stop_signal=signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
-        postgres.wait_ready(cfg, 60, lambda: procs.alive(rec))
+        postgres.wait_ready(cfg, 60, lambda: procs.alive(rec), Path(rec["log"]))
         postgres.ensure_databases(cfg)
     elif name == "mlflow":
         _, ml_db = db_urls(sd, cfg)
@@ -311,7 +312,39 @@ def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
         migrate_airflow_db(sd / "airflow", e, log)  # meanwhile MLflow creates its tables
         extra = ["--host", "127.0.0.1", "--port", str(cfg["airflow_port"]), "--workers", "1"] \
             if name == "api-server" else []
+        if name == "scheduler":
+            end_dead_scheduler_jobs(sd, e, log)
         procs.start(sd, name, [_exe("airflow"), name, *extra], e)
+
+
+END_SCHEDULER_JOBS = """
+from sqlalchemy import update
+from airflow.jobs.job import Job, JobState
+from airflow.utils.session import create_session
+with create_session() as s:
+    r = s.execute(update(Job).where(Job.job_type == "SchedulerJob", Job.state == JobState.RUNNING)
+                  .values(state=JobState.FAILED))
+    print(r.rowcount)
+"""
+
+
+def end_dead_scheduler_jobs(sd: Path, e: dict[str, str], log) -> int:
+    """Mark the scheduler jobs that the database still holds as running failed, just before this
+    deployment's only scheduler starts: the earlier one is gone (stopped, or its session was
+    lost with the machine). Airflow would wait for a job's heartbeat to go stale
+    (``scheduler_health_check_threshold``) before resetting its tasks, and a restart inside
+    that window leaves them to the task-heartbeat timeout, which fails them instead; ended
+    here, the new scheduler resets them at start and they run again (a train task resumes
+    from its checkpoint) without spending a retry."""
+    r = subprocess.run([sys.executable, "-c", END_SCHEDULER_JOBS], env=e, capture_output=True, text=True,
+                       cwd=str(sd / "airflow"))
+    if r.returncode != 0:
+        (sd / "logs" / "end-scheduler-jobs.log").write_text(r.stdout + r.stderr)
+        raise ServiceError(f"could not end the earlier scheduler's jobs: {_tail(sd / 'logs' / 'end-scheduler-jobs.log')}")
+    n = int(r.stdout.split()[-1])
+    if n:
+        log(f"scheduler: {n} earlier scheduler job(s) no longer run; their unfinished tasks run again")
+    return n
 
 
 def restart(names: list[str], home: Path | None = None, timeout: float = 240.0, force: bool = False,

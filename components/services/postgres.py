@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 DBS = ("airflow", "mlflow")
 SUPERUSER = "rlvr"
 
@@ -108,6 +110,28 @@ def init_cluster(data: Path, password: str, log) -> None:
         raise ServiceError(f"initdb {data} failed: {tail}")
 
 
+def clear_stale_locks(data: Path, sockets: Path) -> list[Path]:
+    """Remove the lock files (``postmaster.pid``, the socket's ``.s.PGSQL.<port>.lock``) whose
+    server is gone: no such process, or a zombie not reaped yet (a server killed a moment ago).
+    PostgreSQL removes a lock whose pid does not exist by itself, but takes a zombie's pid for a
+    running server and refuses to start. Only called for a deployment whose own server is not
+    running."""
+    removed = []
+    for lock in [data / "postmaster.pid", *sockets.glob(".s.PGSQL.*.lock")]:
+        try:
+            pid = int(lock.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            pass
+        lock.unlink(missing_ok=True)
+        removed.append(lock)
+    return removed
+
+
 def server_argv(data: Path, port: int, sockets: Path) -> list[str]:
     return [str(bin_dir() / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
             "-c", f"unix_socket_directories={sockets}", "-c", "max_connections=200"]
@@ -125,13 +149,14 @@ def url(cfg: dict, db: str, driver: str = "") -> str:
     return f"{scheme}://{SUPERUSER}:{cfg['pg_password']}@127.0.0.1:{cfg['pg_port']}/{db}"
 
 
-def wait_ready(cfg: dict, timeout: float, alive) -> None:
+def wait_ready(cfg: dict, timeout: float, alive, log: Path) -> None:
     import psycopg2
     t_end = time.monotonic() + timeout
     err = ""
     while time.monotonic() < t_end:
         if not alive():
-            raise ServiceError("postgres exited while starting")
+            lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+            raise ServiceError(f"postgres exited while starting: {' | '.join(lines[-3:])} (log: {log})")
         try:
             psycopg2.connect(url(cfg, "postgres"), connect_timeout=2).close()
             return

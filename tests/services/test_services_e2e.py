@@ -14,7 +14,8 @@ checkpoint with the sweep as it was when the run started (the file is edited mea
 sweep's MLflow run ends FINISHED. Run 3 (seeds=[2]): the MLflow server is SIGKILLed while a train
 task runs; `services status` names it down, `services up` starts it alone (every other service
 keeps its pid, the task its process), the task spools and replays its metrics, and the run
-succeeds with one row per step.
+succeeds with one row per step. Run 4 (seeds=[3]): every service SIGKILLed while a train task has
+a checkpoint, then `services up`: the run goes on, the killed cells resume from their checkpoints.
 """
 from __future__ import annotations
 
@@ -263,6 +264,50 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
         assert len(steps) == len(set(steps)) == int(_param(x, "steps")) == RUN3_STEPS, (x.info.run_name, steps)
 
 
+def test_every_service_killed_mid_train_services_up_resumes_the_run(deployment):
+    """The machine's loss, as far as one deployment sees it: every process of every service
+    SIGKILLed (PostgreSQL and the scheduler's task processes too) while a train task has a
+    checkpoint, then `rlvr services up` at once: the run goes on by itself, the killed cells
+    run again and resume from their checkpoints, each still one MLflow run with one row per step."""
+    dep, cfg = deployment, deployment["cfg"]
+    af = remote.Airflow(deploy.airflow_url(cfg))
+    c, exp = _mlflow(dep)
+    run4 = remote.trigger(af, "rlvr_svc", {"seeds": [3]})
+    victim, ckpt = _wait_for_checkpoint(af, c, exp, run4, dep["home"], timeout=600, seed="3")
+    pids = json.loads((dep["sd"] / "pids.json").read_text())
+    killed = [p for rec in pids.values() for p in _session(rec["pid"])]
+    for p in killed:
+        p.kill()
+    r = subprocess.run(dep["cli"] + ["services", "up"], cwd=REPO, env=dep["env"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (r.stderr[-3000:], [(p.pid, _status(p)) for p in killed])
+    assert "earlier scheduler job(s) no longer run" in r.stderr + r.stdout, r.stderr[-3000:]
+    after = json.loads((dep["sd"] / "pids.json").read_text())
+    assert set(after) == set(pids) and all(after[n]["pid"] != pids[n]["pid"] for n in pids), (pids, after)
+    state, _ = remote.follow(af, "rlvr_svc", run4, print, timeout=900)
+    assert state == "success"
+    tis = {(t["task_id"], t["map_index"]): t for t in af.task_instances("rlvr_svc", run4)}
+    assert tis[("train", victim["map_index"])]["try_number"] == 2, tis[("train", victim["map_index"])]
+    log = af.task_log("rlvr_svc", run4, "train", 2, victim["map_index"])
+    resumed = re.search(r"resumed from step-(\d+)", log)
+    assert resumed and int(resumed.group(1)) >= int(ckpt.split("-")[1]), log[-3000:]   # not from step 0
+    trains = [x for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train' and attributes.status = 'FINISHED'")
+              if _param(x, "seed") == "3"]
+    assert sorted(_param(x, "method") for x in trains) == ["grpo", "vsr"], trains   # one finished run a cell
+    vsr = next(x for x in trains if _param(x, "method") == "vsr")
+    assert vsr.data.tags["rlvr.attempt"] == "2" and "resumed from step-" in vsr.data.tags["rlvr.attempt.2"]
+    for x in trains:
+        steps = [m.step for m in c.get_metric_history(x.info.run_id, "reward/mean")]
+        assert len(steps) == len(set(steps)) == RUN3_STEPS, (x.info.run_name, steps)
+
+
+def _status(p: psutil.Process) -> str:
+    try:
+        return p.status()
+    except psutil.Error as e:
+        return type(e).__name__
+
+
 def _set_train_steps(sweep: Path, steps: int) -> None:
     """Edit the submitted sweep file as a user would, between runs."""
     cfg = yaml.safe_load(sweep.read_text())
@@ -282,7 +327,7 @@ def _sweep_run(c, exp, dag_run_id: str):
     return found[0]
 
 
-def _wait_for_checkpoint(af, c, exp, run_id: str, home: Path, timeout: float):
+def _wait_for_checkpoint(af, c, exp, run_id: str, home: Path, timeout: float, seed: str = "1"):
     """The running vsr train task instance and the name of a checkpoint it has written."""
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
@@ -291,7 +336,7 @@ def _wait_for_checkpoint(af, c, exp, run_id: str, home: Path, timeout: float):
         ti = next((t for t in tis if t["task_id"] == "train" and t["map_index"] == 1), None)
         if ti is not None and ti["state"] == "running":
             for x in c.search_runs([exp], "tags.`rlvr.stage` = 'train' and attributes.status = 'RUNNING'"):
-                if _param(x, "method") == "vsr" and _param(x, "seed") == "1":
+                if _param(x, "method") == "vsr" and _param(x, "seed") == seed:
                     ck = home / "work" / "train" / x.data.tags["rlvr.cache_key"] / "checkpoints"
                     done = sorted(p.name for p in ck.glob("step-*") if (p / "trainer_state.json").is_file()) \
                         if ck.is_dir() else []

@@ -25,6 +25,12 @@ BLOCK = re.compile(r"<!-- rlvr:([\w.]+) -->\n(.*?)<!-- /rlvr:\1 ", re.S)
 # says so beside them.
 EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", "study_pilot_lr",
                   "study_pilot_long", "study_pilot3"}
+# Pairs of blocks computed from the same code and cache keys on different machines whose rows
+# differ. The later block's pretrain, filter and base-policy evaluation reproduce bit for bit
+# (the same artifact digests) on a fresh store of its machine, so the difference lies with the
+# machine, not with a run-to-run effect; one flipped float changes a sampled episode from then
+# on. results.md says so beside them.
+OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"})}
 
 
 def accuracy_rows(body: str) -> dict[tuple[str, str], dict[str, str]] | None:
@@ -78,7 +84,7 @@ def pairs():
 
 
 def test_blocks_on_this_code_agree_on_every_shared_cell(pairs):
-    current = [p for p in pairs if not {p[0], p[1]} & EARLIER_STAGES]
+    current = [p for p in pairs if not {p[0], p[1]} & EARLIER_STAGES and frozenset(p[:2]) not in OTHER_MACHINE]
     assert len({(a, b) for a, b, *_ in current}) >= 10, "too few blocks share a cell for the check to mean much"
     for a, b, row, ra, rb in current:
         differ = differing(ra, rb)
@@ -94,3 +100,10 @@ def test_the_blocks_named_as_earlier_still_differ_from_another(pairs):
     for name in sorted(EARLIER_STAGES):
         assert any(name in (a, b) and differing(ra, rb) for a, b, _, ra, rb in pairs), \
             f"{name}: no shared cell differs from another block's; remove it from EARLIER_STAGES"
+
+
+def test_the_pairs_named_as_other_machine_still_differ(pairs):
+    # a rerun of one of them on the other's machine agrees and leaves OTHER_MACHINE
+    for pair in OTHER_MACHINE:
+        assert any(frozenset((a, b)) == pair and differing(ra, rb) for a, b, _, ra, rb in pairs), \
+            f"{sorted(pair)}: no shared cell differs; remove the pair from OTHER_MACHINE"

@@ -203,14 +203,6 @@ def _exe(name: str) -> str:
     return str(exe) if exe.exists() else name
 
 
-def _tail(path: str | Path, n: int = 4) -> str:
-    try:
-        lines = [x for x in Path(path).read_text(errors="replace").splitlines() if x.strip()]
-    except OSError:
-        return ""
-    return " | ".join(x.strip()[:300] for x in lines[-n:])
-
-
 def migrate_airflow_db(airflow_home: Path, e: dict[str, str], log=print) -> None:
     """``airflow db migrate`` (tens of seconds) once per (airflow version, database): a marker
     records what it was done for. ``e`` is the command's whole environment."""
@@ -225,7 +217,7 @@ def migrate_airflow_db(airflow_home: Path, e: dict[str, str], log=print) -> None
     r = subprocess.run([_exe("airflow"), "db", "migrate"], env=e, capture_output=True, text=True, cwd=str(airflow_home))
     (airflow_home / "db-migrate.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
-        raise ServiceError(f"airflow db migrate failed: {_tail(airflow_home / 'db-migrate.log')}")
+        raise ServiceError(f"airflow db migrate failed: {procs.log_tail(airflow_home / 'db-migrate.log')}")
     marker.write_text(stamp + "\n")
 
 
@@ -293,7 +285,8 @@ def _start_one(sd: Path, cfg: dict, e: dict[str, str], name: str, log) -> None:
         cfg["pg_data"] = str(data)
         with open(sd / "logs" / "postgres-init.log", "a") as f:
             postgres.init_cluster(data, cfg["pg_password"], f)
-        postgres.clear_stale_locks(data, postgres.socket_dir(data))
+        for lock in postgres.clear_stale_locks(data, postgres.socket_dir(data)):
+            log(f"postgres: removed {lock.name}, left by a server that is gone")
         rec = procs.start(sd, "postgres", postgres.server_argv(data, cfg["pg_port"], postgres.socket_dir(data)),
                           {k: v for k, v in e.items() if not k.startswith("AIRFLOW")}, user=postgres.run_as(),
                           stop_signal=signal.SIGINT)  # SIGINT: PostgreSQL's fast shutdown
@@ -340,7 +333,8 @@ def end_dead_scheduler_jobs(sd: Path, e: dict[str, str], log) -> int:
                        cwd=str(sd / "airflow"))
     if r.returncode != 0:
         (sd / "logs" / "end-scheduler-jobs.log").write_text(r.stdout + r.stderr)
-        raise ServiceError(f"could not end the earlier scheduler's jobs: {_tail(sd / 'logs' / 'end-scheduler-jobs.log')}")
+        raise ServiceError("could not end the earlier scheduler's jobs: "
+                           f"{procs.log_tail(sd / 'logs' / 'end-scheduler-jobs.log')}")
     n = int(r.stdout.split()[-1])
     if n:
         log(f"scheduler: {n} earlier scheduler job(s) no longer run; their unfinished tasks run again")
@@ -391,7 +385,7 @@ def _wait_healthy(sd: Path, cfg: dict, timeout: float) -> None:
         pids = procs.read_pids(sd)
         dead = [n for n in ORDER if n in pids and not procs.alive(pids[n])]
         if dead:
-            raise ServiceError(f"{dead[0]} exited while starting: {_tail(pids[dead[0]]['log'])} "
+            raise ServiceError(f"{dead[0]} exited while starting: {procs.log_tail(pids[dead[0]]['log'])} "
                                f"(log: {pids[dead[0]]['log']})")
         health = check(sd, cfg)
         bad = {n: h for n, h in health.items() if h != "ok"}

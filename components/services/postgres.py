@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from components.services import procs
+
 DBS = ("airflow", "mlflow")
 SUPERUSER = "rlvr"
 
@@ -155,8 +157,7 @@ def wait_ready(cfg: dict, timeout: float, alive, log: Path) -> None:
     err = ""
     while time.monotonic() < t_end:
         if not alive():
-            lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
-            raise ServiceError(f"postgres exited while starting: {' | '.join(lines[-3:])} (log: {log})")
+            raise ServiceError(f"postgres exited while starting: {procs.log_tail(log, 3)} (log: {log})")
         try:
             psycopg2.connect(url(cfg, "postgres"), connect_timeout=2).close()
             return

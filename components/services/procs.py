@@ -110,3 +110,12 @@ def _signal(p: psutil.Process, sig: int) -> None:
         p.send_signal(sig)
     except psutil.Error:
         pass
+
+
+def log_tail(path: str | Path, n: int = 4) -> str:
+    """The last ``n`` non-empty lines of a log, on one line: what an error about a service says."""
+    try:
+        lines = [x for x in Path(path).read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return " | ".join(x.strip()[:300] for x in lines[-n:])

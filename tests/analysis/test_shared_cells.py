@@ -25,8 +25,8 @@ BLOCK = re.compile(r"<!-- rlvr:([\w.]+) -->\n(.*?)<!-- /rlvr:\1 ", re.S)
 # says so beside them.
 EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", "study_pilot_lr",
                   "study_pilot_long", "study_pilot3"}
-# Pairs of blocks computed from the same code and cache keys on different machines whose rows
-# differ. The later block's pretrain, filter and base-policy evaluation reproduce bit for bit
+# Pairs of blocks computed from the same code and cache keys in different sessions, each on
+# its session's machine, whose rows differ. The later block's pretrain, filter and base-policy evaluation reproduce bit for bit
 # (the same artifact digests) on a fresh store of its machine, so the difference lies with the
 # machine, not with a run-to-run effect; one flipped float changes a sampled episode from then
 # on. results.md says so beside them.

@@ -155,8 +155,8 @@ def test_server_back_mid_stage_every_row_once(tmp_path, server):
 
 def test_server_hung_mid_stage_every_row_once(tmp_path, server):
     """A server that holds its connections and never answers (SIGSTOP): one call waits out its
-    bounded timeout, the rest spool without waiting; once it runs again, it also stores the
-    requests it held, and the replay of the same rows adds none."""
+    bounded timeout, the rest spool without waiting; once it runs again, every row is stored
+    once (a request it held may be stored then; the replay's copy of it adds nothing)."""
     home = tmp_path / "home"
     child = _child(home, server, tmp_path, RLVR_TRACKING_TIMEOUT_S="3", RLVR_TRACKING_RETRIES="0")
     _wait_step(tmp_path, 3, child)

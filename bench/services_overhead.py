@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from components.services import deploy
+from components.services import config as services_config
 
 REPO = Path(__file__).resolve().parents[1]
 KEEP: list[bool] = []
@@ -66,7 +66,7 @@ def main() -> None:
     try:
         print("set-up (not timed): embedded Airflow DB, rlvr services up ...", flush=True)
         _run(cli + ["sweep", str(sweep)], emb, "embedded warm-up run")
-        af, ml, pg = deploy.free_ports(3)
+        af, ml, pg = services_config.free_ports(3)
         t_up = _run(cli + ["services", "up", "--airflow-port", str(af), "--mlflow-port", str(ml),
                            "--pg-port", str(pg)], svc, "rlvr services up")
         _run(cli + ["sweep", str(sweep), "--on-services"], svc, "services warm-up run")  # DAG parsed, pool made
@@ -82,7 +82,7 @@ def main() -> None:
         print(f"ratio services / embedded: {s / e:.2f}x  (best of {args.repeat}; load avg {os.getloadavg()[0]:.1f})")
     finally:
         subprocess.run(cli + ["services", "down"], cwd=REPO, env=svc, capture_output=True, text=True)
-        cfg = deploy.load_config(root / "services" / "services") or {}
+        cfg = services_config.load_config(root / "services" / "services") or {}
         if KEEP:
             print(f"files kept for a look: {root}", file=sys.stderr)
         else:

@@ -103,7 +103,8 @@ def _sweep_name(ref: str) -> str:
 
 
 def ensure_airflow_db(env: dict[str, str]) -> None:
-    from components.services.deploy import ServiceError, migrate_airflow_db
+    from components.services.deploy import migrate_airflow_db
+    from components.services.postgres import ServiceError
     try:
         migrate_airflow_db(Path(env["AIRFLOW_HOME"]), {**os.environ, **env},
                            lambda msg: typer.echo(f"[rlvr] {msg}", err=True))
@@ -291,20 +292,20 @@ def _use_running_mlflow_server() -> str | None:
     if uri.startswith(("http://", "https://")):
         return uri.rstrip("/")
     try:
-        from components.services import deploy
+        from components.services import config as services_config
     except ImportError:
         return None
-    cfg = deploy.load_config(deploy.services_dir())
+    cfg = services_config.load_config(services_config.services_dir())
     if cfg is None:
         return None
     try:
-        ok = httpx.get(deploy.mlflow_url(cfg) + "/health", timeout=3).status_code == 200
+        ok = httpx.get(services_config.mlflow_url(cfg) + "/health", timeout=3).status_code == 200
     except httpx.HTTPError:
         ok = False
     if not ok:
         return None
-    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(cfg)
-    return deploy.mlflow_url(cfg)
+    os.environ["MLFLOW_TRACKING_URI"] = services_config.mlflow_url(cfg)
+    return services_config.mlflow_url(cfg)
 
 
 @app.command()

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import typer
 
-from components.services import deploy, remote
+from components.services import config, deploy, remote
 from components.services.postgres import ServiceError
 from components.sweep import Sweep, sweep_digest
 
@@ -42,9 +42,9 @@ def up(db: Optional[str] = typer.Option(None, "--db", help="postgres (default wh
                         parallelism=parallelism, timeout=timeout, log=_log)
     except ServiceError as e:
         _die(e)
-    sd = deploy.services_dir()
-    typer.echo(f"Airflow:  {deploy.airflow_url(cfg)}  (all users are admins; REST: /api/v2, token: GET /auth/token)\n"
-               f"MLflow:   {deploy.mlflow_url(cfg)}\n"
+    sd = config.services_dir()
+    typer.echo(f"Airflow:  {config.airflow_url(cfg)}  (all users are admins; REST: /api/v2, token: GET /auth/token)\n"
+               f"MLflow:   {config.mlflow_url(cfg)}\n"
                f"Database: {cfg['db']}" + (f" on 127.0.0.1:{cfg['pg_port']} ({cfg.get('pg_data')})"
                                             if cfg["db"] == "postgres" else "") + "\n"
                f"Executor: LocalExecutor, parallelism {cfg['parallelism']}\n"
@@ -81,7 +81,7 @@ def status() -> None:
     """Each service: pid, running, health (HTTP / database checks). Exit 1 unless all are ok."""
     rows = deploy.status()
     if not rows:
-        _die(f"no deployment under {deploy.services_dir()} (rlvr services up)")
+        _die(f"no deployment under {config.services_dir()} (rlvr services up)")
     for r in rows:
         typer.echo(f"{r['service']:<14} pid {str(r['pid'] or '-'):<8} {'running' if r['running'] else 'stopped':<8} "
                    f"{r['health']}")
@@ -94,11 +94,11 @@ def status() -> None:
 def _deployment() -> tuple[Path, dict]:
     """(services dir, config) of the deployment; the MLflow server becomes this process's
     tracking URI (the tables are read from it)."""
-    sd = deploy.services_dir()
-    conf_s = deploy.load_config(sd)
+    sd = config.services_dir()
+    conf_s = config.load_config(sd)
     if conf_s is None:
         _die(f"no deployment under {sd}: start one with `rlvr services up`")
-    os.environ["MLFLOW_TRACKING_URI"] = deploy.mlflow_url(conf_s)
+    os.environ["MLFLOW_TRACKING_URI"] = config.mlflow_url(conf_s)
     return sd, conf_s
 
 
@@ -120,11 +120,11 @@ def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callabl
     sd, conf_s = _deployment()
     raw = cfg.model_dump(mode="json")
     try:
-        af = remote.Airflow(deploy.airflow_url(conf_s))
+        af = remote.Airflow(config.airflow_url(conf_s))
         dag_id = remote.submit(af, sd / "sweeps", file, cfg.name, sweep_digest(cfg), 180, _log)
         run_id = remote.trigger(af, dag_id, {"sweep": raw, "seeds": raw["seeds"], "methods": raw["methods"],
                                              "rerun": rerun})
-        _log(f"triggered {dag_id} run {run_id}: {deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
+        _log(f"triggered {dag_id} run {run_id}: {config.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
         return _follow(af, dag_id, run_id, cfg.name, print_tables, timeout)
     except ServiceError as e:
         _die(e)
@@ -137,12 +137,12 @@ def rerun_on_services(name: str, stage: str, cell: Optional[str], run_id: Option
     _, conf_s = _deployment()
     dag_id = f"rlvr_{name}"
     try:
-        af = remote.Airflow(deploy.airflow_url(conf_s))
+        af = remote.Airflow(config.airflow_url(conf_s))
         run_id = run_id or remote.latest_run(af, dag_id)
         labels = (lambda: _grid_keys(name, f"{dag_id}/{run_id}")) if stage == "train" else None
         cleared = remote.clear_stage(af, dag_id, run_id, stage, cell, labels)
         _log(f"cleared in {dag_id} run {run_id}: " + ", ".join(sorted(remote.ti_name(t) for t in cleared)))
-        _log(f"{deploy.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
+        _log(f"{config.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
         return _follow(af, dag_id, run_id, name, print_tables, timeout)
     except ServiceError as e:
         _die(e)

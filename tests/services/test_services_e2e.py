@@ -35,7 +35,7 @@ import pytest
 import yaml
 from tiny_sweep import tiny_sweep
 
-from components.services import deploy, postgres, remote
+from components.services import config as services_config, postgres, remote
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def deployment():
     home = root / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLVR_"))}
     env.update({"RLVR_HOME": str(home), "PYTHONPATH": str(REPO)})
-    af, ml, pg = deploy.free_ports(3)
+    af, ml, pg = services_config.free_ports(3)
     cli = [sys.executable, "-m", "components.cli"]
     t0 = time.monotonic()
     r = subprocess.run(cli + ["services", "up", "--airflow-port", str(af), "--mlflow-port", str(ml),
@@ -68,10 +68,10 @@ def deployment():
     sd = home / "services"
     try:
         assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
-        yield {"home": home, "env": env, "cli": cli, "cfg": deploy.load_config(sd), "sd": sd}
+        yield {"home": home, "env": env, "cli": cli, "cfg": services_config.load_config(sd), "sd": sd}
     finally:
         pids = json.loads((sd / "pids.json").read_text()) if (sd / "pids.json").exists() else {}
-        pg_data = (deploy.load_config(sd) or {}).get("pg_data")
+        pg_data = (services_config.load_config(sd) or {}).get("pg_data")
         d = subprocess.run(cli + ["services", "down", "--purge"], cwd=REPO, env=env, capture_output=True, text=True,
                            timeout=180)
         print(d.stderr)
@@ -94,7 +94,7 @@ def _session(sid: int) -> list[psutil.Process]:
 
 def _mlflow(dep):
     from mlflow import MlflowClient
-    c = MlflowClient(tracking_uri=deploy.mlflow_url(dep["cfg"]))
+    c = MlflowClient(tracking_uri=services_config.mlflow_url(dep["cfg"]))
     exp = c.get_experiment_by_name("svc")
     return c, exp.experiment_id
 
@@ -127,7 +127,7 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-4000:])
     assert "vsr" in r.stdout and "grpo" in r.stdout                       # the tables, printed at the end
 
-    af = remote.Airflow(deploy.airflow_url(cfg))
+    af = remote.Airflow(services_config.airflow_url(cfg))
     runs = af.call("GET", "/dags/rlvr_svc/dagRuns", params={"limit": 10})["dag_runs"]
     assert len(runs) == 1 and runs[0]["state"] == "success"
     tis = af.task_instances("rlvr_svc", runs[0]["dag_run_id"])
@@ -223,7 +223,7 @@ def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path
 
 def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
     dep, cfg = deployment, deployment["cfg"]
-    af = remote.Airflow(deploy.airflow_url(cfg))
+    af = remote.Airflow(services_config.airflow_url(cfg))
     c, exp = _mlflow(dep)
     # enough steps that a train task outlives the outage and the restart (a few seconds a step here)
     _set_train_steps(dep["sd"] / "sweeps" / "svc.yaml", RUN3_STEPS)
@@ -270,7 +270,7 @@ def test_every_service_killed_mid_train_services_up_resumes_the_run(deployment):
     checkpoint, then `rlvr services up` at once: the run goes on by itself, the killed cells
     run again and resume from their checkpoints, each still one MLflow run with one row per step."""
     dep, cfg = deployment, deployment["cfg"]
-    af = remote.Airflow(deploy.airflow_url(cfg))
+    af = remote.Airflow(services_config.airflow_url(cfg))
     c, exp = _mlflow(dep)
     run4 = remote.trigger(af, "rlvr_svc", {"seeds": [3]})
     victim, ckpt = _wait_for_checkpoint(af, c, exp, run4, dep["home"], timeout=600, seed="3")

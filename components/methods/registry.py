@@ -64,7 +64,7 @@ _METHODS: dict[str, Entry] = {
     "vip_graph": Entry("components.methods.vip:VIP", MATH, {"difficulty": "graph"}),
     "vigor_graph": Entry("components.methods.vigor:VIGOR", MATH, {"difficulty": "graph"}),
     "greso_graph": Entry("components.methods.greso:GRESO", MATH, {"difficulty": "graph"}),
-    "trace": Entry("components.agentic.trace:TRACE", ("agentic",)),
+    "trace": Entry("components.methods.trace:TRACE", ("agentic",)),
 }
 
 

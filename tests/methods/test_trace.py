@@ -14,7 +14,7 @@ from tiny import TINY_TEST_POLICY
 from components.trainer.train_config import TrainConfig
 from components.agentic.policy import build_agent_tokenizer
 from components.agentic.rollout import EpisodeContext, EpisodeGroup, EpisodeRun, Start, TurnRecord, rollout_episodes
-from components.agentic.trace import TRACE, draw, features, logistic_step
+from components.methods.trace import TRACE, draw, features, logistic_step
 from components.agentic.task import EpisodeTask
 from components.trainer.embedded import EmbeddedTrainer
 from components.engine.base import SamplingParams, TokenMeter

@@ -50,7 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.paper_claims import CLAIMS, Claim
-from analysis.stats import Estimate, accuracy_matrix, paired_difference, seed_bootstrap
+from analysis.stats import Estimate, accuracy_matrix, paired_difference, percentile_interval, seed_bootstrap, snap
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
 __all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
@@ -298,8 +298,9 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
         return np.concatenate([[a.mean() / r.mean() - 1], a[idx].mean(1) / np.maximum(r[idx].mean(1), 1e-12) - 1])
 
     d = rel(small, 2000) - rel(large, 2000)
-    lo, hi = np.percentile(d[1:], [2.5, 97.5])
-    e = Estimate(float(d[0]), float(lo), float(hi), 0, 0)
+    scale = float(np.abs(d).max())
+    lo, hi = percentile_interval(d[1:], scale)
+    e = Estimate(snap(d[0], scale), lo, hi, 0, 0)
     seeds = min(len(both[m][i]) for m in (small, large) for i in (0, 1))
     return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, seeds, "relative-gain difference (smaller - larger model)",
                    f"{where}: {small} vs {large}")

@@ -20,6 +20,10 @@ import numpy as np
 
 B_DEFAULT = 2000
 RNG_SEED = 20261130
+# A bound that is zero in exact arithmetic can come out of a float sum as -1e-17; a verdict
+# ("the interval excludes zero") must not turn on that: values within this share of the data's
+# largest magnitude of zero are zero. Real bounds are multiples of 1/(seeds x problems x samples).
+ROUNDING = 1e-9
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,17 @@ class Estimate:
 
     def fmt(self, digits: int = 3) -> str:
         return f"{self.mean:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+def snap(x: float, scale: float) -> float:
+    """``x``, or 0.0 where it is within float rounding of zero at ``scale`` (ROUNDING)."""
+    return 0.0 if abs(x) <= ROUNDING * scale else float(x)
+
+
+def percentile_interval(reps: np.ndarray, scale: float) -> tuple[float, float]:
+    """The 2.5 / 97.5 percentiles of bootstrap replicates, snapped to zero at ``scale``."""
+    lo, hi = np.percentile(reps, [2.5, 97.5])
+    return snap(lo, scale), snap(hi, scale)
 
 
 def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> tuple[np.ndarray, list, list[str]]:
@@ -73,9 +88,9 @@ def bootstrap_mean(A: np.ndarray, b: int = B_DEFAULT, seed: int = RNG_SEED) -> E
     if A.ndim != 2 or A.size == 0:
         raise ValueError(f"bootstrap_mean: need a non-empty seeds x problems matrix, got shape {A.shape}")
     si, pi = _indices(np.random.default_rng(seed), A.shape[0], A.shape[1], b)
-    reps = _replicates(A, si, pi)
-    lo, hi = np.percentile(reps, [2.5, 97.5])
-    return Estimate(float(A.mean()), float(lo), float(hi), A.shape[0], A.shape[1])
+    scale = float(np.abs(A).max())
+    lo, hi = percentile_interval(_replicates(A, si, pi), scale)
+    return Estimate(snap(A.mean(), scale), lo, hi, A.shape[0], A.shape[1])
 
 
 def paired_difference(A: np.ndarray, R: np.ndarray, b: int = B_DEFAULT, seed: int = RNG_SEED) -> Estimate:
@@ -102,5 +117,6 @@ def seed_bootstrap(values, b: int = B_DEFAULT, seed: int = RNG_SEED) -> Estimate
     if v.size == 0 or np.isnan(v).any():
         raise ValueError("seed_bootstrap: need finite per-seed values")
     idx = np.random.default_rng(seed).integers(0, v.size, size=(b, v.size))
-    lo, hi = np.percentile(v[idx].mean(axis=1), [2.5, 97.5])
-    return Estimate(float(v.mean()), float(lo), float(hi), int(v.size), 0)
+    scale = float(np.abs(v).max())
+    lo, hi = percentile_interval(v[idx].mean(axis=1), scale)
+    return Estimate(snap(v.mean(), scale), lo, hi, int(v.size), 0)

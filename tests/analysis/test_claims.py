@@ -170,6 +170,18 @@ def test_recency_claim_in_its_time_shape():
     assert v["no_recency>vsr@early"].verdict == "contradicted" and v["no_recency_plateaus"].verdict == "contradicted"
 
 
+def test_a_bound_that_is_zero_up_to_float_rounding_decides_nothing():
+    from analysis.claims import _decide
+    noise = 0.3 - (0.1 + 0.2)          # zero in exact arithmetic, -5.6e-17 in floats
+    assert noise < 0
+    e = seed_bootstrap([-0.02, -0.01, noise, noise, noise])
+    assert e.lo < 0 and e.hi == 0.0     # the replicates of three "zero" seeds are the top 2.5 %
+    plateau = next(c for c in CLAIMS if c.id == "no_recency_plateaus")   # claimed: below zero
+    assert _decide(plateau, e) == "inconclusive"
+    assert _decide(plateau, seed_bootstrap([-0.02, -0.01, -1e-3, -1e-3, -1e-3])) == "supported"
+    assert bootstrap_mean(np.array([[noise, 0.5], [noise, -0.5]])).mean == 0.0
+
+
 def test_relative_gain_is_compared_across_model_sizes():
     rng = np.random.default_rng(7)
     p = rng.uniform(0.1, 0.4, size=200)

@@ -30,7 +30,9 @@ EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", 
 # (the same artifact digests) on a fresh store of its machine, so the difference lies with the
 # machine, not with a run-to-run effect; one flipped float changes a sampled episode from then
 # on. results.md says so beside them.
-OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"})}
+# The recency study ran on the core study's machine and store: it agrees with the core block.
+OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"}),
+                 frozenset({"study_agentic_recency", "study_agentic_scoring"})}
 
 
 def accuracy_rows(body: str) -> dict[tuple[str, str], dict[str, str]] | None:

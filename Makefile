@@ -95,8 +95,11 @@ $(KFP_STAMP): requirements-kfp.lock pyproject.toml
 # The test suite in .venv, with the light Kubeflow environment it needs (no torch; seconds from a
 # warm pip cache). tests/scale skip here with a reason naming `make scale-env` (make test-scale).
 # Then the generated blocks of README.md and docs/results.md against their sources.
+# TEST_WORKERS pytest-xdist workers, each taking whole groups of tests (tests/conftest.py: a file, or
+# the files that share a session fixture); TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(KFP_STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python scripts/readme_tables.py --check
 
 # a local Airflow + MLflow server + PostgreSQL under $(RLVR_HOME)/services (rlvr services status / down)

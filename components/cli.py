@@ -224,7 +224,8 @@ def _footer(con=None) -> None:
     con.print(f"MLflow store:   {lineage.tracking_uri()}\n"
               f"MLflow files:   {lineage.artifact_root()}\n"
               f"Artifacts:      {home / 'artifacts'}\n"
-              f"Browse runs:    RLVR_HOME={home} rlvr ui   (http://127.0.0.1:5000)")
+              f"Browse runs:    RLVR_HOME={home} rlvr ui   (http://127.0.0.1:5000)",
+              soft_wrap=True)   # paths and the command stay whole lines: copied, they must work
 
 
 # the commands a pod or a RayJob runs (components/job_cli.py)

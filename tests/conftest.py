@@ -9,6 +9,34 @@ from live_services import live_services, services_sweep  # noqa: F401,E402
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+
+# Under pytest-xdist (`make test` runs `-n 2`) a group of tests runs whole on one worker: each
+# test file is a group, so its module fixtures are built once; the folders whose files share a
+# session fixture (a deployment, the KFP compile report, SmolLM2, the scale environment) are one
+# group each, so that fixture is built once per run, not once per worker. (xdist's own
+# `--dist loadgroup` marks do not reach its scheduler under pytest 9's node ids.)
+_SESSION_GROUPS = {"browser": "live_services", "test_tracking_runs.py": "live_services", "kfp": "kfp",
+                   "engine": "engine", "scale": "scale"}
+
+
+def _group_of(nodeid: str) -> str:
+    """The group of a test: its file, or the shared session fixture's folder (_SESSION_GROUPS)."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return _SESSION_GROUPS.get(parts[1], path) if parts[0] == "tests" and len(parts) > 1 else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return Groups(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _torch_threads():
     try:

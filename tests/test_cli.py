@@ -229,3 +229,17 @@ def test_tables_prints_pre_registered_claims_once(tmp_path, monkeypatch, capsys)
         cli._print_tables("study")
         printed = capsys.readouterr().out
         assert printed.count("Pre-registered claims on arith_levels") == count and "## Accuracy" in printed
+
+
+def test_footer_lines_stay_whole_on_a_narrow_terminal(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from components.cli import _footer
+    home = tmp_path / ("a-long-store-path-" * 4) / "home"
+    monkeypatch.setenv("RLVR_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = io.StringIO()
+    _footer(Console(file=out, width=40))
+    assert f"Browse runs:    RLVR_HOME={home} rlvr ui   (http://127.0.0.1:5000)" in out.getvalue().splitlines()

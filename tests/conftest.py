@@ -11,19 +11,20 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # Under pytest-xdist (`make test` runs `-n 2`) a group of tests runs whole on one worker: each
-# test file is a group, so its module fixtures are built once; the folders whose files share a
+# test file is a group, so its module fixtures are built once, and the files that share a
 # session fixture (a deployment, the KFP compile report, SmolLM2, the scale environment) are one
-# group each, so that fixture is built once per run, not once per worker. (xdist's own
-# `--dist loadgroup` marks do not reach its scheduler under pytest 9's node ids.)
-_SESSION_GROUPS = {"browser": "live_services", "test_tracking_runs.py": "live_services", "kfp": "kfp",
-                   "engine": "engine", "scale": "scale"}
+# group, so that fixture is built once per run, not once per worker. (xdist's `--dist loadgroup`
+# marks do not reach its scheduler under pytest 9's node ids.) Path prefix -> group:
+_SESSION_GROUPS = {"tests/browser/": "live_services", "tests/test_tracking_runs.py": "live_services",
+                   "tests/kfp/test_kfp_compile.py": "kfp_report", "tests/kfp/test_kfp_graph.py": "kfp_report",
+                   "tests/engine/test_cuda.py": "smollm2", "tests/engine/test_parity.py": "smollm2",
+                   "tests/scale/": "scale"}
 
 
 def _group_of(nodeid: str) -> str:
-    """The group of a test: its file, or the shared session fixture's folder (_SESSION_GROUPS)."""
+    """The group of a test: its file, or the shared session fixture's group (_SESSION_GROUPS)."""
     path = nodeid.split("::", 1)[0]
-    parts = path.split("/")
-    return _SESSION_GROUPS.get(parts[1], path) if parts[0] == "tests" and len(parts) > 1 else path
+    return next((g for prefix, g in _SESSION_GROUPS.items() if path.startswith(prefix)), path)
 
 
 @pytest.hookimpl(optionalhook=True)

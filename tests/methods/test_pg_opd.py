@@ -151,9 +151,10 @@ def test_no_teacher_fails_loudly(parts):
 
 
 def test_verl_distillation_settings_exist_in_verl_config():
-    yaml_path = next(Path(__file__).resolve().parents[2].glob(
-        ".venv-scale/lib/python3*/site-packages/verl/trainer/config/_generated_ppo_trainer.yaml"), None)
-    if yaml_path is None:
+    scale = Path(__file__).resolve().parents[2] / ".venv-scale"
+    yaml_path = next(scale.glob("lib/python3*/site-packages/verl/trainer/config/_generated_ppo_trainer.yaml"), None)
+    # the stamp is written when the install has finished (.ci/run installs it while the suite runs)
+    if yaml_path is None or not any(scale.glob(".installed-*")):
         pytest.skip("verl 0.9.1 is not installed here (.venv-scale: make scale-env)")
     import yaml
 

@@ -22,7 +22,8 @@ B_DEFAULT = 2000
 RNG_SEED = 20261130
 # A bound that is zero in exact arithmetic can come out of a float sum as -1e-17; a verdict
 # ("the interval excludes zero") must not turn on that: values within this share of the data's
-# largest magnitude of zero are zero. Real bounds are multiples of 1/(seeds x problems x samples).
+# largest magnitude of zero are zero. A real bound of an accuracy difference is at least
+# 1/(seeds x problems x samples) from zero, far above this.
 ROUNDING = 1e-9
 
 

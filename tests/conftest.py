@@ -9,7 +9,6 @@ from live_services import live_services, services_sweep  # noqa: F401,E402
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-
 # Under pytest-xdist (`make test` runs `-n 2`) a group of tests runs whole on one worker: each
 # test file is a group, so its module fixtures are built once, and the files that share a
 # session fixture (a deployment, the KFP compile report, SmolLM2, the scale environment) are one

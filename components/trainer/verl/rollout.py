@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter
+from components.engine.base import Completion, Request, SamplingParams, TokenMeter, check_purpose
 
 AGENT_LOOP_NAME = "rlvr_context_ids"
 
@@ -110,8 +110,7 @@ class VerlRolloutEngine:
                  purpose: str = "train_rollout") -> list[list[Completion]]:
         from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
+        check_purpose(purpose)
         out: list[list[Completion]] = [[] for _ in requests]
         live = [i for i, r in enumerate(requests) if r.n > 0]
         gen_tokens = pad_tokens = pad_rows = 0

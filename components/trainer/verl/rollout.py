@@ -42,6 +42,13 @@ def row_sampling(params: SamplingParams, request_index: int, sample_index: int) 
     return s
 
 
+def object_array(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array of ``values`` (``np.array`` would stack equal-length lists into 2-D)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, pad_id: int):
     """One row per (request, sample), request order, samples of a request adjacent."""
     from verl import DataProto
@@ -54,24 +61,16 @@ def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, p
     for i, r in enumerate(requests):
         ids[i, P - len(r.context_ids):] = torch.tensor(r.context_ids, dtype=torch.long)
         att[i, P - len(r.context_ids):] = 1
-    ctx = np.empty(len(requests), dtype=object)
-    ctx[:] = [list(r.context_ids) for r in requests]
     base = DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": att, "position_ids": (att.cumsum(-1) - 1).clamp(min=0)},
-        non_tensors={"context_ids": ctx,
+        non_tensors={"context_ids": object_array([list(r.context_ids) for r in requests]),
                      "request_index": np.arange(len(requests), dtype=np.int64),
                      "tag": np.array([r.tag for r in requests], dtype=object)})
     rep = base.sample_level_repeat([r.n for r in requests])
-    sampling = np.empty(len(rep), dtype=object)
-    raw = np.empty(len(rep), dtype=object)
-    k = 0
-    for ri, r in enumerate(requests):
-        for j in range(r.n):
-            sampling[k] = row_sampling(params, ri, j)
-            raw[k] = []        # verl's postprocess copies raw_prompt through; our contexts are ids
-            k += 1
-    rep.non_tensor_batch["sampling"] = sampling
-    rep.non_tensor_batch["raw_prompt"] = raw
+    rep.non_tensor_batch["sampling"] = object_array([row_sampling(params, ri, j)
+                                                     for ri, r in enumerate(requests) for j in range(r.n)])
+    # verl's postprocess copies raw_prompt through; our contexts are ids
+    rep.non_tensor_batch["raw_prompt"] = object_array([[] for _ in range(len(rep))])
     rep.non_tensor_batch["agent_name"] = np.array([AGENT_LOOP_NAME] * len(rep), dtype=object)
     return rep
 

@@ -8,6 +8,7 @@ its KV cache) and only newly sampled tokens as generated tokens.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import defaultdict
 from contextlib import contextmanager
@@ -157,3 +158,9 @@ def fill_in_order(items: Sequence[Any], sizes: Sequence[int], budget: int) -> li
         out[-1].append(item)
         used += size
     return out
+
+
+def split_runs(items: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+    """``items`` cut into consecutive runs of ``counts[i]`` items (request i's samples)."""
+    ends = list(itertools.accumulate(counts))
+    return [list(items[end - k:end]) for k, end in zip(counts, ends)]

@@ -39,7 +39,7 @@ from transformers.cache_utils import DynamicLayer
 from components.engine.attention import engine_attention
 from components.engine.linear import onednn_linears
 from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
-                                    check_sampling, fill_in_order)
+                                    check_sampling, fill_in_order, split_runs)
 
 
 class HFEngine:
@@ -189,11 +189,7 @@ class HFEngine:
 
         tokens_l, lengths_l, stopped_l = tokens.tolist(), lengths.tolist(), stopped.tolist()
         comps = [self._completion(tokens_l[i][:lengths_l[i]], stopped_l[i]) for i in range(total)]
-        out, start = [], 0
-        for k in ns:
-            out.append(comps[start:start + k])
-            start += k
-        return out
+        return split_runs(comps, ns)
 
     def _prefill(self, contexts: list[tuple[int, ...]], device: torch.device):
         """Last-position logits of every context and one cache holding all of them, left-padded

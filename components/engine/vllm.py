@@ -149,7 +149,5 @@ class VLLMEngine:
                 out[i] = c
             outputs.extend(got)
         counts = meter_counts([requests[i] for i in live], outputs)
-        self.meter.record(purpose, prompt_tokens=counts["prompt_tokens"],
-                          generated_tokens=counts["generated_tokens"], sequences=counts["sequences"],
-                          requests=len(requests))
+        self.meter.record(purpose, **{**counts, "requests": len(requests)})
         return out

@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from components.engine.base import Completion, Request, SamplingParams, TokenMeter, check_purpose
+from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
+                                    split_runs)
 
 AGENT_LOOP_NAME = "rlvr_context_ids"
 
@@ -126,10 +127,8 @@ class VerlRolloutEngine:
             if pad_rows:
                 tail = dataproto_to_completions(result[len(kept):], self.tokenizer, self.eos_id)
                 pad_tokens = sum(len(c.token_ids) for c in tail)
-            k = 0
-            for i in live:
-                out[i] = comps[k:k + requests[i].n]
-                k += requests[i].n
+            for i, mine in zip(live, split_runs(comps, [requests[i].n for i in live])):
+                out[i] = mine
             gen_tokens = sum(len(c.token_ids) for c in comps)
         self.meter.record(purpose, prompt_tokens=sum(len(requests[i].context_ids) for i in live),
                           generated_tokens=gen_tokens, sequences=sum(len(c) for c in out), requests=len(requests))

@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import string
 
-from tokenizers import pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from components.policy.model import TinyPolicyConfig
-from components.policy.tokenizer import tokenizer_of_symbols
+from components.policy.tokenizer import MAX_POSITIONS, tokenizer_of_chars
 
 AGENT_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n" + "\u221a"
-
-
-def _byte_symbols(ch: str) -> list[str]:
-    s = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(ch)[0][0]
-    return list(s)
 
 
 def build_agent_tokenizer(chars: str = AGENT_CHARS, max_positions: int | None = None
                           ) -> PreTrainedTokenizerFast:
     """Character tokenizer (``components.policy.build_tokenizer``'s pipeline): ``<pad>`` id 0,
     ``<eos>``, ``<unk>``, then one id per byte symbol of ``chars``."""
-    return tokenizer_of_symbols([sym for ch in chars for sym in _byte_symbols(ch)],
-                                max_positions or TinyPolicyConfig().max_positions)
+    return tokenizer_of_chars(chars, max_positions or MAX_POSITIONS)

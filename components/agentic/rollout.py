@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from components.algos.gigpo import Episode
-from components.engine.base import RolloutEngine, Request, SamplingParams
+from components.engine.base import RolloutEngine, Request, SamplingParams, split_runs
 from components.envs.base import EnvError, replay
 
 __all__ = ["Start", "TurnRecord", "EpisodeRun", "EpisodeGroup", "EpisodeContext", "rollout_episodes",
@@ -135,11 +135,7 @@ class EpisodeContext:
         ns = [n] * len(items) if isinstance(n, int) else list(n)
         starts = [replace(s, n=k) for s, k in zip(items, ns)]
         runs = self.play(starts, self.seed) if starts else []
-        out, i = [], 0
-        for s in starts:
-            out.append(EpisodeGroup(s, runs[i:i + s.n]))
-            i += s.n
-        return out
+        return [EpisodeGroup(s, r) for s, r in zip(starts, split_runs(runs, [s.n for s in starts]))]
 
 
 def episode_runs(groups: Sequence[EpisodeGroup]) -> list[EpisodeRun]:

@@ -1,4 +1,4 @@
-"""Advantage estimators, in one registry (``ADV_ESTIMATORS``, verl's ``register_adv_est``):
+"""Advantage estimators, in one registry (``ADV_ESTIMATORS``, as verl's ``register_adv_est``):
 GRPO, Dr. GRPO and RLOO on outcome rewards (one scalar reward per response), GiGPO and its
 episode-level part on episodes (``components.algos.gigpo``).
 
@@ -27,8 +27,7 @@ import torch
 
 from components.algos.gigpo import gigpo_advantages
 
-__all__ = ["group_index", "grpo_advantages", "rloo_advantages", "broadcast", "ADV_ESTIMATORS",
-           "register_adv_est", "adv_estimator"]
+__all__ = ["group_index", "grpo_advantages", "rloo_advantages", "broadcast", "ADV_ESTIMATORS", "adv_estimator"]
 
 
 def group_index(group_ids: Sequence[Hashable] | torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -145,51 +144,28 @@ def zvp_token_advantages(entropy: torch.Tensor, mask: torch.Tensor, positive: to
     return torch.where(positive[:, None], pos, neg)
 
 
+def _gigpo(episodes, cfg, step_weight: float) -> list[list[float]]:
+    return gigpo_advantages(episodes, gamma=cfg.gamma, step_weight=step_weight, mode=cfg.gigpo_mode,
+                            episode_stats=cfg.episode_stats).advantages
+
+
 # ---------------------------------------------------------------------- the estimator registry
 # name -> estimator, as verl's ``register_adv_est``: a trainer looks up ``cfg.adv_estimator``
 # here. An outcome estimator takes the batch's sequences (``rewards``, ``group_ids``) and gives
 # one advantage per sequence; an episode estimator takes GiGPO ``Episode``s and gives one per
 # generated turn.
-ADV_ESTIMATORS: dict[str, Callable] = {}
-
-
-def register_adv_est(name: str) -> Callable[[Callable], Callable]:
-    def deco(fn: Callable) -> Callable:
-        ADV_ESTIMATORS[name] = fn
-        return fn
-    return deco
+ADV_ESTIMATORS: dict[str, Callable] = {
+    "grpo": lambda seqs, cfg: grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=True),
+    "drgrpo": lambda seqs, cfg: grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=False),
+    "rloo": lambda seqs, cfg: rloo_advantages(seqs.rewards, seqs.group_ids),
+    # A = A^E + step_weight * A^S (GiGPO)
+    "gigpo": lambda episodes, cfg: _gigpo(episodes, cfg, cfg.step_weight),
+    # A^E only: GRPO on episode returns, every turn of an episode the same advantage
+    "episode": lambda episodes, cfg: _gigpo(episodes, cfg, 0.0),
+}
 
 
 def adv_estimator(name: str) -> Callable:
     if name not in ADV_ESTIMATORS:
         raise KeyError(f"unknown advantage estimator {name!r} (known: {', '.join(sorted(ADV_ESTIMATORS))})")
     return ADV_ESTIMATORS[name]
-
-
-@register_adv_est("grpo")
-def _grpo(seqs, cfg) -> torch.Tensor:
-    return grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=True)
-
-
-@register_adv_est("drgrpo")
-def _drgrpo(seqs, cfg) -> torch.Tensor:
-    return grpo_advantages(seqs.rewards, seqs.group_ids, norm_by_std=False)
-
-
-@register_adv_est("rloo")
-def _rloo(seqs, cfg) -> torch.Tensor:
-    return rloo_advantages(seqs.rewards, seqs.group_ids)
-
-
-@register_adv_est("gigpo")
-def _gigpo(episodes, cfg) -> list[list[float]]:
-    """A = A^E + step_weight * A^S (GiGPO)."""
-    return gigpo_advantages(episodes, gamma=cfg.gamma, step_weight=cfg.step_weight, mode=cfg.gigpo_mode,
-                            episode_stats=cfg.episode_stats).advantages
-
-
-@register_adv_est("episode")
-def _episode(episodes, cfg) -> list[list[float]]:
-    """A^E only: GRPO on episode returns, every turn of an episode the same advantage."""
-    return gigpo_advantages(episodes, gamma=cfg.gamma, step_weight=0.0, mode=cfg.gigpo_mode,
-                            episode_stats=cfg.episode_stats).advantages

@@ -100,13 +100,9 @@ def gigpo_advantages(episodes: Sequence[Episode], gamma: float = 0.95, step_weig
     for ep, total in zip(episodes, totals):
         rows = len(ep.rewards) if episode_stats == "steps" else 1
         by_group[ep.group].extend([total] * rows)
-    group_stats = {}
-    for g, xs in by_group.items():
-        group_stats[g] = (0.0, 1.0) if len(xs) == 1 else _mean_std(xs)
-    ep_adv = []
-    for ep, total in zip(episodes, totals):
-        m, s = group_stats[ep.group]
-        ep_adv.append([_normalise(total, m, s, mode, eps)] * len(ep.rewards))
+    group_stats = {g: (0.0, 1.0) if len(xs) == 1 else _mean_std(xs) for g, xs in by_group.items()}
+    ep_adv = [[_normalise(total, *group_stats[ep.group], mode, eps)] * len(ep.rewards)
+              for ep, total in zip(episodes, totals)]
 
     # step level: anchor groups within each episode group
     returns = [discounted_returns(ep.rewards, gamma) for ep in episodes]

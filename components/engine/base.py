@@ -8,6 +8,7 @@ its KV cache) and only newly sampled tokens as generated tokens.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import defaultdict
 from contextlib import contextmanager
@@ -15,6 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 PURPOSES = ("pretrain", "filter", "train_rollout", "discarded", "eval", "validation", "probe")
+# what a meter row counts, beside its purpose and tags
+COUNTS = ("prompt_tokens", "generated_tokens", "sequences", "requests")
+
+
+def check_purpose(purpose: str) -> None:
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,7 @@ class TokenMeter:
 
     def record(self, purpose: str, prompt_tokens: int, generated_tokens: int, sequences: int,
                requests: int = 1) -> None:
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
+        check_purpose(purpose)
         with self._lock:
             self.records.append(MeterRecord(purpose, int(prompt_tokens), int(generated_tokens),
                                             int(sequences), int(requests), dict(self._tags)))
@@ -110,29 +117,23 @@ class TokenMeter:
                 continue
             if any(r.tags.get(k) != v for k, v in match.items()):
                 continue
-            out["prompt_tokens"] += r.prompt_tokens
-            out["generated_tokens"] += r.generated_tokens
-            out["sequences"] += r.sequences
-            out["requests"] += r.requests
-        return {k: out[k] for k in ("prompt_tokens", "generated_tokens", "sequences", "requests")}
+            for k in COUNTS:
+                out[k] += getattr(r, k)
+        return {k: out[k] for k in COUNTS}
 
     def by_purpose(self) -> dict[str, dict[str, int]]:
         return {p: self.totals(p) for p in sorted({r.purpose for r in self.records})}
 
     def to_rows(self) -> list[dict[str, Any]]:
-        return [{"purpose": r.purpose, "prompt_tokens": r.prompt_tokens,
-                 "generated_tokens": r.generated_tokens, "sequences": r.sequences,
-                 "requests": r.requests, **r.tags} for r in self.records]
+        return [{"purpose": r.purpose, **{k: getattr(r, k) for k in COUNTS}, **r.tags} for r in self.records]
 
     def state_dict(self) -> dict[str, Any]:
         return {"rows": self.to_rows()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        keys = {"purpose", "prompt_tokens", "generated_tokens", "sequences", "requests"}
-        self.records = [MeterRecord(r["purpose"], r["prompt_tokens"], r["generated_tokens"],
-                                    r["sequences"], r["requests"],
-                                    {k: v for k, v in r.items() if k not in keys})
-                        for r in state["rows"]]
+        keys = {"purpose", *COUNTS}
+        self.records = [MeterRecord(r["purpose"], *(r[k] for k in COUNTS),
+                                    {k: v for k, v in r.items() if k not in keys}) for r in state["rows"]]
 
 
 def check_sampling(params: SamplingParams, min_new_tokens: int = 0) -> None:
@@ -143,3 +144,23 @@ def check_sampling(params: SamplingParams, min_new_tokens: int = 0) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
     if params.max_new_tokens < min_new_tokens:
         raise ValueError(f"max_new_tokens must be >= {min_new_tokens}, got {params.max_new_tokens}")
+
+
+def fill_in_order(items: Sequence[Any], sizes: Sequence[int], budget: int) -> list[list[Any]]:
+    """``items`` in order, cut into runs whose ``sizes`` add up to at most ``budget`` (an item
+    larger than the budget runs alone)."""
+    out: list[list[Any]] = []
+    used = 0
+    for item, size in zip(items, sizes):
+        if not out or used + size > budget:
+            out.append([])
+            used = 0
+        out[-1].append(item)
+        used += size
+    return out
+
+
+def split_runs(items: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+    """``items`` cut into consecutive runs of ``counts[i]`` items (request i's samples)."""
+    ends = list(itertools.accumulate(counts))
+    return [list(items[end - k:end]) for k, end in zip(counts, ends)]

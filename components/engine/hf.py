@@ -38,7 +38,8 @@ from transformers.cache_utils import DynamicLayer
 
 from components.engine.attention import engine_attention
 from components.engine.linear import onednn_linears
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
+from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
+                                    check_sampling, fill_in_order, split_runs)
 
 
 class HFEngine:
@@ -80,9 +81,8 @@ class HFEngine:
         run (n > 0; each context is prefilled once however many samples it gets),
         generated tokens = all sampled ids (EOS included), sequences = sum of n.
         """
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
-        _check_params(params)
+        check_purpose(purpose)
+        check_sampling(params)
         out: list[list[Completion]] = [[] for _ in requests]
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
@@ -131,7 +131,7 @@ class HFEngine:
                 pieces.append((ri, take))
                 left -= take
         if not self.bucket:
-            return _pack(pieces, self.max_batch_sequences)
+            return fill_in_order(pieces, [k for _, k in pieces], self.max_batch_sequences)
         widths = [len(requests[ri].context_ids) for ri, _ in pieces]
         rows = np.cumsum([0] + [k for _, k in pieces])
 
@@ -189,11 +189,7 @@ class HFEngine:
 
         tokens_l, lengths_l, stopped_l = tokens.tolist(), lengths.tolist(), stopped.tolist()
         comps = [self._completion(tokens_l[i][:lengths_l[i]], stopped_l[i]) for i in range(total)]
-        out, start = [], 0
-        for k in ns:
-            out.append(comps[start:start + k])
-            start += k
-        return out
+        return split_runs(comps, ns)
 
     def _prefill(self, contexts: list[tuple[int, ...]], device: torch.device):
         """Last-position logits of every context and one cache holding all of them, left-padded
@@ -256,19 +252,6 @@ def _cheapest_cuts(n: int, cost) -> list[tuple[int, int]]:
         out.append((cut[j], j))
         j = cut[j]
     return out[::-1]
-
-
-def _pack(pieces: list[tuple[int, int]], room: int) -> list[list[tuple[int, int]]]:
-    """Consecutive pieces into batches of at most ``room`` rows (no bucketing)."""
-    chunks: list[list[tuple[int, int]]] = [[]]
-    used = 0
-    for ri, k in pieces:
-        if used + k > room:
-            chunks.append([])
-            used = 0
-        chunks[-1].append((ri, k))
-        used += k
-    return [c for c in chunks if c]
 
 
 class BucketCost:
@@ -342,9 +325,6 @@ def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
         layer.values = layer.values[:, :, first:, :]
     return mask[:, first:]
 
-
-def _check_params(params: SamplingParams) -> None:
-    check_sampling(params, min_new_tokens=0)
 
 class _ReservedLayer(DynamicLayer):
     """A DynamicLayer whose keys/values live in buffers with spare capacity along the

@@ -26,7 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter, check_sampling
+from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
+                                    check_sampling, fill_in_order)
 
 MISSING_VLLM = ("vllm is not installed: the vLLM engine runs in the scale environment (make scale-env, "
                 ".venv-scale: vLLM's CPU build) or the trainer image (images/trainer, on a GPU)")
@@ -90,22 +91,12 @@ def step_batches(requests: Sequence[Request], live: Sequence[int], budget: int) 
     """``live`` request indices in order, cut so that each piece's prompt tokens (every
     sample's: vLLM schedules the n samples of a request as n sequences) fit one step's token
     budget, which keeps every prefill in one step. A single request over the budget is an error."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    used = 0
-    for i in live:
-        need = len(requests[i].context_ids) * requests[i].n
+    needs = [len(requests[i].context_ids) * requests[i].n for i in live]
+    for i, need in zip(live, needs):
         if need > budget:
             raise ValueError(f"request {i}: {len(requests[i].context_ids)} prompt tokens x n={requests[i].n} "
                              f"exceeds max_num_batched_tokens={budget}")
-        if cur and used + need > budget:
-            out.append(cur)
-            cur, used = [], 0
-        cur.append(i)
-        used += need
-    if cur:
-        out.append(cur)
-    return out
+    return fill_in_order(list(live), needs, budget)
 
 
 class VLLMEngine:
@@ -146,8 +137,7 @@ class VLLMEngine:
 
     def generate(self, requests: Sequence[Request], params: SamplingParams,
                  purpose: str = "train_rollout") -> list[list[Completion]]:
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
+        check_purpose(purpose)
         live = [i for i, r in enumerate(requests) if r.n > 0]
         out: list[list[Completion]] = [[] for _ in requests]
         outputs = []
@@ -159,7 +149,5 @@ class VLLMEngine:
                 out[i] = c
             outputs.extend(got)
         counts = meter_counts([requests[i] for i in live], outputs)
-        self.meter.record(purpose, prompt_tokens=counts["prompt_tokens"],
-                          generated_tokens=counts["generated_tokens"], sequences=counts["sequences"],
-                          requests=len(requests))
+        self.meter.record(purpose, **{**counts, "requests": len(requests)})
         return out

@@ -7,7 +7,7 @@ checkpoint rather than a custom module.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,6 @@ class TinyPolicyConfig:
     max_positions: int = MAX_POSITIONS
     tie_embeddings: bool = True
     rope_theta: float | None = None   # None: the transformers default for Qwen2
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def build_policy(cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Qwen2ForCausalLM:

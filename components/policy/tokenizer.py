@@ -32,22 +32,20 @@ QWEN2_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p
                            r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def _byte_level(ch: str) -> str:
-    """The byte-level alphabet symbol of a character (space -> 'Ġ', newline -> 'Ċ')."""
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(ch)[0][0]
-
-
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """Character tokenizer; ``<pad>`` is id 0, then ``<eos>``, ``<unk>``, then ``CHARS``."""
-    return tokenizer_of_symbols([_byte_level(ch) for ch in CHARS], MAX_POSITIONS)
+    return tokenizer_of_chars(CHARS, MAX_POSITIONS)
 
 
-def tokenizer_of_symbols(symbols, max_positions: int) -> PreTrainedTokenizerFast:
-    """A BPE tokenizer with no merges over byte-level ``symbols`` (ids 3.. in order, repeats
+def tokenizer_of_chars(chars: str, max_positions: int) -> PreTrainedTokenizerFast:
+    """A BPE tokenizer with no merges over the byte-level symbols of ``chars`` (space -> 'Ġ',
+    newline -> 'Ċ', a non-ASCII character one symbol per UTF-8 byte; ids 3.. in order, repeats
     dropped) behind Qwen2's pre-tokenizer split: ``<pad>`` 0, ``<eos>`` 1, ``<unk>`` 2."""
     vocab = {PAD: 0, EOS: 1, UNK: 2}
-    for sym in symbols:
-        vocab.setdefault(sym, len(vocab))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    for ch in chars:
+        for sym in byte_level.pre_tokenize_str(ch)[0][0]:
+            vocab.setdefault(sym, len(vocab))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False, byte_fallback=False,
                                continuing_subword_prefix="", end_of_word_suffix="", dropout=None))
     tok.normalizer = normalizers.NFC()

@@ -2,8 +2,9 @@
 
 A checkpoint is a directory ``step-000040/`` with the model (``save_pretrained``), the
 optimizer, the method's state, the token meter, the metric history and the trainer
-state. It is written under a temporary name and renamed into place, so a crash mid-write
-leaves at most a ``.tmp`` directory that is ignored and removed on the next start.
+state. It is written under a temporary name and renamed into place (``replace_dir``), so a
+crash mid-write leaves at most a ``.tmp``/``.old`` directory that is ignored and removed on
+the next start.
 """
 from __future__ import annotations
 
@@ -32,11 +33,9 @@ def save(ckpt_root: Path, step: int, model, optimizer, scheduler, state: dict[st
     from components.policy.model import quiet_hf
 
     quiet_hf()
-    ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"{PREFIX}{step:06d}"
-    tmp = ckpt_root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+
+    def fill(tmp: Path) -> None:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         torch.save({"optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict() if scheduler is not None else None},
@@ -46,12 +45,7 @@ def save(ckpt_root: Path, step: int, model, optimizer, scheduler, state: dict[st
             json.dump(state, f)
             f.flush()
             os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    replace_dir(final, fill)
     for old in sorted(p for p in ckpt_root.iterdir() if p.name.startswith(PREFIX))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -78,7 +72,7 @@ def replace_dir(dst: Path, fill: Callable[[Path], None]) -> None:
 def clean_partial(ckpt_root: Path) -> None:
     if ckpt_root.is_dir():
         for p in ckpt_root.iterdir():
-            if p.name.startswith(".tmp-"):
+            if p.name.startswith((".tmp-", ".old-")):
                 shutil.rmtree(p, ignore_errors=True)
 
 

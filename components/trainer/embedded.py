@@ -27,7 +27,6 @@ import torch
 from components.algos.advantages import adv_estimator
 from components.algos.losses import CLIP_RATIO_C, kl_penalty, pg_token_losses
 from components.data.prompting import encode_prompt
-from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import GradeFn, RolloutContext, advantage_terms
 from components.methods.registry import build
@@ -74,12 +73,10 @@ class EmbeddedTrainer(FitLoop):
         self.ckpt_root: Path | None = None
 
     # ------------------------------------------------------------------ loop hooks
-    def encode(self, p: Problem) -> tuple[int, ...]:
-        return encode_prompt(p, self.tok, self.cfg.prompt_template)
-
     def rollout_ctx(self, step: int, seed_base: int) -> RolloutContext:
         c = self.cfg
-        return RolloutContext(engine=self.engine, grade=self.task.grade, encode_prompt=self.encode,
+        return RolloutContext(engine=self.engine, grade=self.task.grade,
+                              encode_prompt=lambda p: encode_prompt(p, self.tok, c.prompt_template),
                               sampling=SamplingParams(c.temperature, c.top_p, c.max_new_tokens, seed_base),
                               step=step)
 

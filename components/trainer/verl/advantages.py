@@ -17,18 +17,9 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, register_adv_est
 
-from components.algos.advantages import zvp_token_advantages
+from components.algos.advantages import zero_variance_groups, zvp_token_advantages
 
 NAME = "rl_zvp"
-
-
-def zero_variance_rows(scores: torch.Tensor, index: np.ndarray) -> torch.Tensor:
-    """True for each row whose uid group has one distinct score (a single sample counts)."""
-    out = torch.zeros(len(scores), dtype=torch.bool)
-    for uid in np.unique(index):
-        rows = torch.as_tensor(np.nonzero(index == uid)[0])
-        out[rows] = bool(torch.unique(scores[rows]).numel() == 1)
-    return out
 
 
 @register_adv_est(NAME)
@@ -39,7 +30,7 @@ def compute_rl_zvp_advantage(token_level_rewards: torch.Tensor, response_mask: t
     adv, _ = compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=epsilon,
                                             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config)
     scores = token_level_rewards.sum(-1)
-    zero = zero_variance_rows(scores, np.asarray(index))
+    zero = zero_variance_groups(scores, np.asarray(index))
     tok = zvp_token_advantages(entropys, response_mask.to(entropys.dtype), scores > 0, alpha)
     adv = torch.where(zero[:, None], tok.to(adv.dtype), adv) * response_mask
     return adv, adv
@@ -53,7 +44,7 @@ def apply_entropy_advantages(method, data, entropys: torch.Tensor, old_log_probs
     response mask is 0). Returns the count of zero-variance rows and of their non-zero tokens."""
     mask = data.batch["response_mask"].to(entropys.dtype)
     scores = data.batch["token_level_rewards"].sum(-1)
-    zero = zero_variance_rows(scores, np.asarray(data.non_tensor_batch["uid"]))
+    zero = zero_variance_groups(scores, np.asarray(data.non_tensor_batch["uid"]))
     tok = method.token_advantages(entropys, mask, scores) * mask
     adv = data.batch["advantages"]
     data.batch["advantages"] = torch.where(zero[:, None], tok.to(adv.dtype), adv)

@@ -132,9 +132,6 @@ class PlatformCPU(PlatformBase):
     def ray_noset_envvars(self) -> list[str]:
         return []
 
-    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
-        return {"num_gpus": num_gpus}
-
     def is_ipc_supported(self) -> bool:
         return False
 

@@ -24,7 +24,7 @@ import torch
 
 from components.agentic.rollout import EpisodeRun, Start, TurnRecord
 from components.engine.base import SamplingParams
-from components.trainer.verl.rollout import row_sampling
+from components.trainer.verl.rollout import object_array, row_sampling
 
 __all__ = ["AGENT_LOOP_NAME", "episode_requests", "runs_from_output", "turn_training_rows",
            "serialized_training_rows"]
@@ -45,15 +45,10 @@ def episode_requests(starts: Sequence[Start], env_spec: dict[str, Any], sampling
                          "sampling": row_sampling(sampling, si, j), "row": len(rows)})
     if not rows:
         raise ValueError("episode_requests: no episodes to play")
-    non_tensors = {}
-    for key in rows[0]:
-        arr = np.empty(len(rows), dtype=object)
-        arr[:] = [r[key] for r in rows]
-        non_tensors[key] = arr
+    non_tensors = {key: object_array([r[key] for r in rows]) for key in rows[0]}
     non_tensors["agent_name"] = np.array([AGENT_LOOP_NAME] * len(rows), dtype=object)
-    raw = np.empty(len(rows), dtype=object)
-    raw[:] = [[] for _ in rows]      # verl's postprocess copies raw_prompt through; ours is the environment
-    non_tensors["raw_prompt"] = raw
+    # verl's postprocess copies raw_prompt through; ours is the environment
+    non_tensors["raw_prompt"] = object_array([[] for _ in rows])
     return DataProto.from_dict(tensors={"row_index": torch.arange(len(rows))}, non_tensors=non_tensors)
 
 

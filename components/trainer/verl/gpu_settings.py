@@ -10,7 +10,6 @@ b178a3c, paths relative to the repository root).
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 from components.trainer.verl.cells import memory_of, verl_cells
@@ -184,4 +183,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from components.engine.base import PURPOSES, Completion, Request, SamplingParams, TokenMeter
+from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
+                                    split_runs)
 
 AGENT_LOOP_NAME = "rlvr_context_ids"
 
@@ -42,6 +43,13 @@ def row_sampling(params: SamplingParams, request_index: int, sample_index: int) 
     return s
 
 
+def object_array(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array of ``values`` (``np.array`` would stack equal-length lists into 2-D)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, pad_id: int):
     """One row per (request, sample), request order, samples of a request adjacent."""
     from verl import DataProto
@@ -54,24 +62,16 @@ def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, p
     for i, r in enumerate(requests):
         ids[i, P - len(r.context_ids):] = torch.tensor(r.context_ids, dtype=torch.long)
         att[i, P - len(r.context_ids):] = 1
-    ctx = np.empty(len(requests), dtype=object)
-    ctx[:] = [list(r.context_ids) for r in requests]
     base = DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": att, "position_ids": (att.cumsum(-1) - 1).clamp(min=0)},
-        non_tensors={"context_ids": ctx,
+        non_tensors={"context_ids": object_array([list(r.context_ids) for r in requests]),
                      "request_index": np.arange(len(requests), dtype=np.int64),
                      "tag": np.array([r.tag for r in requests], dtype=object)})
     rep = base.sample_level_repeat([r.n for r in requests])
-    sampling = np.empty(len(rep), dtype=object)
-    raw = np.empty(len(rep), dtype=object)
-    k = 0
-    for ri, r in enumerate(requests):
-        for j in range(r.n):
-            sampling[k] = row_sampling(params, ri, j)
-            raw[k] = []        # verl's postprocess copies raw_prompt through; our contexts are ids
-            k += 1
-    rep.non_tensor_batch["sampling"] = sampling
-    rep.non_tensor_batch["raw_prompt"] = raw
+    rep.non_tensor_batch["sampling"] = object_array([row_sampling(params, ri, j)
+                                                     for ri, r in enumerate(requests) for j in range(r.n)])
+    # verl's postprocess copies raw_prompt through; our contexts are ids
+    rep.non_tensor_batch["raw_prompt"] = object_array([[] for _ in range(len(rep))])
     rep.non_tensor_batch["agent_name"] = np.array([AGENT_LOOP_NAME] * len(rep), dtype=object)
     return rep
 
@@ -110,8 +110,7 @@ class VerlRolloutEngine:
                  purpose: str = "train_rollout") -> list[list[Completion]]:
         from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown token purpose '{purpose}' (known: {', '.join(PURPOSES)})")
+        check_purpose(purpose)
         out: list[list[Completion]] = [[] for _ in requests]
         live = [i for i, r in enumerate(requests) if r.n > 0]
         gen_tokens = pad_tokens = pad_rows = 0
@@ -128,10 +127,8 @@ class VerlRolloutEngine:
             if pad_rows:
                 tail = dataproto_to_completions(result[len(kept):], self.tokenizer, self.eos_id)
                 pad_tokens = sum(len(c.token_ids) for c in tail)
-            k = 0
-            for i in live:
-                out[i] = comps[k:k + requests[i].n]
-                k += requests[i].n
+            for i, mine in zip(live, split_runs(comps, [requests[i].n for i in live])):
+                out[i] = mine
             gen_tokens = sum(len(c.token_ids) for c in comps)
         self.meter.record(purpose, prompt_tokens=sum(len(requests[i].context_ids) for i in live),
                           generated_tokens=gen_tokens, sequences=sum(len(c) for c in out), requests=len(requests))

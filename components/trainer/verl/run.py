@@ -15,14 +15,6 @@ from components.trainer.train_config import train_config_of
 CPU_RAY_UNITS = 8
 
 
-def model_path(model_input: Path) -> Path:
-    """The HF directory verl loads: the embedded path's own resolver, so a registered base
-    policy (``model_ref.json``: hub snapshot, local directory, GGUF export) is followed too."""
-    from components.hf_models import model_dir_of
-
-    return model_dir_of(model_input)
-
-
 def build_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
     """verl's composed, resolved config for these train params."""
     from components.trainer.verl.hydra_config import samples_per_prompt, stage_config
@@ -47,12 +39,11 @@ def episode_fields(c, response_length: int) -> SimpleNamespace:
 def build_episode_config(params: Any, model_dir: Path, work_dir: Path, sweep: str):
     """verl's composed, resolved config for agentic train params: the episode agent loop, a
     response budget of one turn (layout ``turns``) or of a serialized episode."""
-    from components.trainer.train_config import TrainConfig
     from components.methods.registry import build
     from components.trainer.verl.episodes import AGENT_LOOP_NAME
     from components.trainer.verl.hydra_config import stage_config
 
-    cfg = TrainConfig(**params.model_dump(include=set(TrainConfig.model_fields)))
+    cfg = train_config_of(params)
     response_length = cfg.max_new_tokens if params.layout == "turns" else params.max_episode_tokens
     n = build(cfg.method, cfg.method_config, task="agentic").rollouts_per_step(1)   # episodes per start state
     return cfg, stage_config(episode_fields(cfg, response_length), params, model_dir=model_dir, work_dir=work_dir,
@@ -77,13 +68,16 @@ def prepare(params: Any, ctx) -> dict:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    from components.hf_models import model_dir_of
     from components.stages.common import read_json
     from components.trainer.verl.cells import verl_form_refusal
 
     why = verl_form_refusal(params.method, params.method_config)   # sweep validation refuses it too
     if why is not None:
         raise ValueError(f"method {params.method!r} has no verl form ({why}); run it with backend: embedded")
-    model_dir = model_path(ctx.input("model"))
+    # the embedded path's own resolver: a registered base policy (``model_ref.json``: hub
+    # snapshot, local directory, GGUF export) is followed too
+    model_dir = model_dir_of(ctx.input("model"))
     hard_dir = ctx.input("hard")
     traces = read_json(ctx.input("prefixes") / "traces.json")
     if is_episodic(params):

@@ -219,12 +219,12 @@ def records(cfg, rows: list[dict]) -> FitLoop:
 def train_sft_with_verl(params: Any, ctx, on_cpu: dict[str, str]) -> dict:
     from components.data.schema import read_problems
     from components.stages.common import read_json
-    from components.hf_models import load_tokenizer_any
+    from components.hf_models import load_tokenizer_any, model_dir_of
     from components.trainer.train_config import train_config_of
-    from components.trainer.verl.run import attach_mlflow, end_mlflow_run, model_path, ray_session
+    from components.trainer.verl.run import attach_mlflow, end_mlflow_run, ray_session
 
     cfg = train_config_of(params)
-    model_dir = model_path(ctx.input("model"))
+    model_dir = model_dir_of(ctx.input("model"))   # a registered base policy's model_ref.json followed
     tok = load_tokenizer_any(model_dir)
     rows = sft_rows(read_problems(ctx.input("hard") / "train.jsonl"),
                     read_json(ctx.input("prefixes") / "traces.json"), tok, cfg.prompt_template)

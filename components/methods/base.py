@@ -19,7 +19,7 @@ registry refuses a class that does not.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Container, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -239,6 +239,20 @@ def item_uid(item: Problem | int) -> str:
     """A training item's key in a method's state, the same on every task: a problem's uid, a
     map seed as text (JSON keys are text, so a resumed run's state finds the same keys)."""
     return item.uid if isinstance(item, Problem) else str(item)
+
+
+def fresh_outcomes(groups: Sequence[Group], threshold: float,
+                   known: Container[str] | None = None) -> dict[str, list[float]]:
+    """Per problem uid: [successes (rewards > ``threshold``), samples] of the RL groups rolled out
+    from the original prompt (no replayed prefix), only of the uids in ``known`` when given."""
+    agg: dict[str, list[float]] = {}
+    for g in groups:
+        if g.is_replay or g.supervised or not g.rewards or (known is not None and g.problem_uid not in known):
+            continue
+        s = agg.setdefault(g.problem_uid, [0.0, 0.0])
+        s[0] += sum(r > threshold for r in g.rewards)
+        s[1] += len(g.rewards)
+    return agg
 
 
 def advantage_terms(method: Method, groups: Sequence[Group]) -> tuple[list[float], list[float]]:

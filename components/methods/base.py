@@ -104,11 +104,7 @@ class RolloutContext:
 
     def prompt_items(self, problems: Sequence[Problem]) -> list[tuple]:
         """Items for ``sample_groups`` that start from the original prompts (no replayed prefix)."""
-        out = []
-        for p in problems:
-            ids = self.encode_prompt(p)
-            out.append((p, ids, "", len(ids), p.uid))
-        return out
+        return [(p, ids, "", len(ids), p.uid) for p, ids in zip(problems, map(self.encode_prompt, problems))]
 
     def replay_item(self, problem: Problem, trajectory: Sequence[int], cut: int) -> tuple:
         """The item that continues ``problem``'s ``trajectory`` after its first ``cut`` tokens."""

@@ -70,8 +70,8 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
         parts.append(f"#### Policy: {label}\n\n" + vs.report(curve, checks).replace("### ", "##### "))
         on = f"{label}, {curve['problems']} hard problems"
         rows.append(_row("vsr_states", "Figure 7: mean success at alpha 0 / 50 / 100 %", "~0 / ~0.5 / ~1 (read off "
-                         "the figure: 'about linearly')", src7, " / ".join(vs.fmt(curve["mean"][i]) for i in (0, 2, 4)),
-                         on))
+                         "the figure: 'about linearly')", src7,
+                         " / ".join(vs.fmt(curve["mean"][i]) for i in (0, 2, 4)), on))
         rows.append(_row("vsr_states", "Figure 7: R^2 of the line through the means", "linear (no number)", src7,
                          vs.fmt(curve["r2"]), on))
         if "not_computed" in checks:
@@ -84,8 +84,8 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
             rows.append(_row("vsr_states", k.replace("_", " "), "{} [{}, {}]".format(*vs.PAPER[k]), src5,
                              f"{vs.fmt(e)} [{vs.fmt(lo)}, {vs.fmt(hi)}]", on))
         for k, say in vs.PREFIX_ROWS:
-            rows.append(_row("vsr_states", f"{say} (25/50/75 %)", " / ".join(str(v) for v in vs.PAPER[k]), src5,
-                             " / ".join(vs.fmt(v) for v in checks[k]), on))
+            rows.append(_row("vsr_states", f"{say} (25/50/75 %)", " / ".join(str(v) for v in vs.PAPER[k]),
+                             src5, " / ".join(vs.fmt(v) for v in checks[k]), on))
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for i, (label, c) in enumerate(curves):
         a = np.array(c["alphas"]) * 100

@@ -188,7 +188,8 @@ def report(curve: dict | None, checks: dict | None) -> str:
         lines += [f"| {a:.2f} | {m:.3f} | {lo:.3f} | {hi:.3f} |"
                   for a, m, lo, hi in zip(curve["alphas"], curve["mean"], curve["q25"], curve["q75"])]
         lines += ["", f"Line through the means: {curve['slope']:.3f} x alpha + {curve['intercept']:.3f}, "
-                  f"R^2 {fmt(curve['r2'])}, largest residual {curve['max_residual']:.3f}. Paper: {PAPER['figure7']}.", ""]
+                  f"R^2 {fmt(curve['r2'])}, largest residual {curve['max_residual']:.3f}. "
+                  f"Paper: {PAPER['figure7']}.", ""]
     if checks and "not_computed" in checks:
         lines += ["### Appendix D.5: not computed on this policy", "", checks["not_computed"], ""]
     elif checks:

@@ -281,7 +281,8 @@ class GraphDifficulty:
         if self._pending or not self.row:
             nodes = {u: list(v) for u, v in self._pending.items()}
         else:
-            seen = np.flatnonzero((self.s + self.f > 0) | (np.abs(self.phi - 1.0 / self.config.n_states).sum(1) > 0))
+            moved = np.abs(self.phi - 1.0 / self.config.n_states).sum(1) > 0
+            seen = np.flatnonzero((self.s + self.f > 0) | moved)
             keys = list(self.row)
             nodes = {keys[i]: [float(self.s[i]), float(self.f[i]), *map(float, self.phi[i])] for i in seen}
         return {"step": self.step, "alpha": self.alpha.tolist(), "beta": self.beta.tolist(), "nodes": nodes}

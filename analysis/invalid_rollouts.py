@@ -54,8 +54,7 @@ def table(runs: Sequence[tuple[dict[str, Any], list[dict]]]) -> pd.DataFrame:
             row[f"invalid % ({part})"] = e.mean
             if part == "all":
                 row["95% CI"] = f"[{e.lo:.1f}, {e.hi:.1f}]" if len(per_seed) > 1 else "one seed"
-        paper = PAPER.get(m)
-        row["paper %"], row["paper source"] = (paper if paper else (math.nan, "not in the text"))
+        row["paper %"], row["paper source"] = PAPER.get(m, (math.nan, "not in the text"))
         out.append(row)
     return pd.DataFrame(out)
 

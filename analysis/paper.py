@@ -31,12 +31,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 if TYPE_CHECKING:  # imported where a frame is built: sweep validation reads the numbers without pandas
     import pandas as pd
 
-KEYS = ["paper", "model", "method", "benchmark", "metric"]
-
 # ------------------------------------------------------------------ VSR (the paper this project reproduces)
 VSR_BENCHMARKS = ["aime24", "aime25", "amc23", "olympiadbench", "math500", "minerva_math"]
-VSR_PROTOCOL = {"samples_per_seed": 8, "seeds": [0, 1], "temperature": 0.7,
-                "note": "16 samples over 2 seeds per prompt at temperature 0.7, mean accuracy (mean@16)"}
 _VSR_LLAMA = "meta-llama/Llama-3.2-3B-Instruct"
 # (method, [AIME24, AIME25, AMC23, OlympiadBench, MATH500, Minerva, Avg.], where in the paper)
 _VSR_TABLE1 = [
@@ -85,9 +81,6 @@ AGENTIC_METHODS = {"grpo": "gigpo", "vsr": "vsr_gigpo", "vsr_no_scoring": "unifo
 # ------------------------------------------------------------------ VIGOR (Jiang et al., arXiv 2607.22002)
 # the column order of VIGOR Table 1: Math500 AIME24 AMC Gaokao Miner. Olymp. Avg.
 VIGOR_BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]
-VIGOR_PROTOCOL = {"samples_per_seed": 1, "seeds": [0], "temperature": 1.0, "top_p": 0.7,
-                  "note": "one sampled response per prompt, top-p 0.7, temperature 1.0; "
-                          "best average-score checkpoint per method (Appendix setup)"}
 VIGOR_MODELS = {"Qwen2.5-1.5B": "Qwen/Qwen2.5-1.5B", "Qwen2.5-3B": "Qwen/Qwen2.5-3B",
                 "Qwen2.5-7B": "Qwen/Qwen2.5-7B", "Phi-4-Mini-Instruct": "microsoft/Phi-4-mini-instruct"}
 VIGOR_METHODS = {"GRPO": "grpo", "GRESO-r": "greso", "GRESO-g": "greso_g", "RL-ZVP": "rl_zvp",
@@ -135,21 +128,6 @@ VIP_REFERENCE: list[dict[str, Any]] = [
                              ("drgrpo", "musique", 6.0), ("drgrpo+vip", "musique", 10.5),
                              ("rloo", "bamboogle", 10.4), ("rloo+vip", "bamboogle", 17.6),
                              ("rloo", "musique", 8.5), ("rloo+vip", "musique", 11.0))]
-VIP_PROTOCOL = {"samples_per_seed": 32, "seeds": [0], "pass_ks": [1, 32],
-                "note": "AIME24/AIME25, Pass@32, Mean@32, Maj@32; temperature not given in the summary"}
-
-ALL_ROWS = VSR_TABLE1 + VIGOR_TABLE1 + VIP_REFERENCE
-
-
-def paper_frame(rows: Iterable[dict[str, Any]] = ALL_ROWS) -> pd.DataFrame:
-    """The rows as a DataFrame (columns KEYS + value, source, note)."""
-    import pandas as pd
-
-    df = pd.DataFrame(list(rows))
-    for c in ("note",):
-        if c not in df:
-            df[c] = ""
-    return df
 
 
 def model_key(name: str) -> str:
@@ -201,8 +179,8 @@ def side_by_side(paper_rows: Iterable[dict[str, Any]] | pd.DataFrame, measured_d
     also keeps measured rows the paper does not have."""
     import pandas as pd
 
-    paper = paper_rows.copy() if isinstance(paper_rows, pd.DataFrame) else paper_frame(paper_rows)
-    paper = paper.rename(columns={"value": "paper_value"})
+    rows = paper_rows if isinstance(paper_rows, pd.DataFrame) else list(paper_rows)
+    paper = pd.DataFrame(rows).rename(columns={"value": "paper_value"})
     meas = measured_df.copy()
     if "measured" not in meas:
         if "value" not in meas:

@@ -16,17 +16,14 @@ These are analyses at the sweep's size, not claims: no verdict is drawn from the
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from analysis.plots import plt, save
 
 Run = tuple[dict[str, Any], list[dict]]
 
@@ -56,10 +53,6 @@ def _n(k: int, what: str) -> str:
     return f"{k} {what}" + ("" if k == 1 else "s")
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-
 # ------------------------------------------------------------------ VSR: Figure 7 and D.5
 def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
     from analysis import vsr_states as vs
@@ -77,9 +70,10 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
         parts.append(f"#### Policy: {label}\n\n" + vs.report(curve, checks).replace("### ", "##### "))
         on = f"{label}, {curve['problems']} hard problems"
         rows.append(_row("vsr_states", "Figure 7: mean success at alpha 0 / 50 / 100 %", "~0 / ~0.5 / ~1 (read off "
-                         "the figure: 'about linearly')", src7, " / ".join(_fmt(curve["mean"][i]) for i in (0, 2, 4)), on))
+                         "the figure: 'about linearly')", src7,
+                         " / ".join(vs.fmt(curve["mean"][i]) for i in (0, 2, 4)), on))
         rows.append(_row("vsr_states", "Figure 7: R^2 of the line through the means", "linear (no number)", src7,
-                         _fmt(curve["r2"]), on))
+                         vs.fmt(curve["r2"]), on))
         if "not_computed" in checks:
             rows.append(_row("vsr_states", "D.5 sigma-hat validation", "pooled Pearson {} [{}, {}]".format(
                 *vs.PAPER["pearson_pooled"]), src5, "not computed: " + checks["not_computed"].split(": ", 1)[-1], on))
@@ -88,12 +82,10 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
         for k in ("pearson_pooled", "spearman_pooled"):
             e, lo, hi = checks[k]
             rows.append(_row("vsr_states", k.replace("_", " "), "{} [{}, {}]".format(*vs.PAPER[k]), src5,
-                             f"{_fmt(e)} [{_fmt(lo)}, {_fmt(hi)}]", on))
-        for k, say in (("failed_success", "failed prefixes: continuation success (25/50/75 %)"),
-                       ("failed_all_fail", "failed prefixes: all-fail groups (25/50/75 %)"),
-                       ("successful_all_fail", "successful prefixes: all-fail groups (25/50/75 %)")):
-            rows.append(_row("vsr_states", say, " / ".join(str(v) for v in vs.PAPER[k]), src5,
-                             " / ".join(_fmt(v) for v in checks[k]), on))
+                             f"{vs.fmt(e)} [{vs.fmt(lo)}, {vs.fmt(hi)}]", on))
+        for k, say in vs.PREFIX_ROWS:
+            rows.append(_row("vsr_states", f"{say} (25/50/75 %)", " / ".join(str(v) for v in vs.PAPER[k]),
+                             src5, " / ".join(vs.fmt(v) for v in checks[k]), on))
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for i, (label, c) in enumerate(curves):
         a = np.array(c["alphas"]) * 100
@@ -102,10 +94,7 @@ def vsr_states(inp: Inputs, out: Path, s: dict) -> Section:
     ax.plot([0, 100], [0, 1], ls=":", color="grey", label="the paper's shape (about linear)")
     ax.set(xlabel="expert trace given (%)", ylabel="continuation success", title="VSR Figure 7 on this policy")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "analysis_vsr_states.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = save(fig, out / "analysis_vsr_states.png")
     md = ("### VSR Figure 7 and Appendix D.5: the state score on this sweep's policies\n\n"
           f"Continuations of up to {s['max_new_tokens']} tokens, {s['n_curve']} per truncation (Figure 7) and "
           f"{s['n_prefix']} per prefix (D.5), on the hard subset's {s['split']} split: Figure 7 on its first "
@@ -127,10 +116,7 @@ def invalid_rollouts(inp: Inputs, out: Path, s: dict) -> Section:
     ax.axhline(ir.PAPER["vigor"][0], ls=":", color="grey", label="paper: VIGOR, ~20 %")
     ax.set(xlabel="update", ylabel="invalid groups (%)", title="Zero-variance groups per update", ylim=(0, 100))
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "analysis_invalid_rollouts.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = save(fig, out / "analysis_invalid_rollouts.png")
     rows = [_row("invalid_rollouts", f"invalid share per update, {r['method']} (%)",
                  "-" if pd.isna(r["paper %"]) else r["paper %"], r["paper source"],
                  round(float(r["invalid % (all)"]), 1), f"{_n(r['seeds'], 'seed')} x {r['updates']} updates")
@@ -175,10 +161,7 @@ def vigor_selection(inp: Inputs, out: Path, s: dict) -> Section:
            color=[f"C{i}" for i in x])
     ax.set_xticks(x, [SELECTION[m] for m in acc["method"]])
     ax.set(ylabel="mean@k (95 % CI)", title="VIGOR selection ablation at the same budget")
-    fig.tight_layout()
-    path = out / "analysis_vigor_selection.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = save(fig, out / "analysis_vigor_selection.png")
     src = "VIGOR Section 5.3, Figure 5 (left), Qwen2.5-3B"
     rows = [_row("vigor_selection", f"accuracy, {r['selection']}" + (" - variance" if r["method"] != "vigor" else ""),
                  "variance-based best (curves only, no numbers)", src,
@@ -203,10 +186,7 @@ def vigor_speedup(inp: Inputs, out: Path, s: dict) -> Section:
     ax.set(xlabel="Pareto shape k", ylabel="GRPO / VIGOR timescale", title=f"VIGOR Theorem 2 (T={s['T']}, "
            f"gamma={s['gamma']:g}, alpha={s['alpha']:g})")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "analysis_vigor_speedup.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    path = save(fig, out / "analysis_vigor_speedup.png")
     rows = [_row("vigor_speedup", f"speedup at k = {r['k']:g}", round(r["speedup (Eq. 4)"], 4),
                  "VIGOR Theorem 2 (Eq. 22, Appendix D.2), the closed form", round(r["speedup (Monte Carlo)"], 4),
                  f"Monte Carlo, {r['batches x prompts']} prompts") for r in rows_t]

@@ -39,10 +39,8 @@ class Knob:
 TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "warmup_steps", "weight_decay", "grad_clip",
                "temperature", "top_p", "max_new_tokens", "max_prompt_length", "prompt_template",
                "adv_estimator", "loss_agg_mode", "clip_low", "clip_high", "kl_coef", "ppo_mini_batch_size", "ppo_epochs",
-               "micro_batch",
-               "ckpt_every", "val_every", "val_size", "val_samples", "val_temperature", "val_top_p", "keep_best",
-               "n_gpus_per_node",
-               "gpu_memory_utilization")
+               "micro_batch", "ckpt_every", "val_every", "val_size", "val_samples", "val_temperature",
+               "val_top_p", "keep_best", "n_gpus_per_node", "gpu_memory_utilization")
 AGENTIC_TRAIN_KNOBS = ("backend", "steps", "batch_prompts", "lr", "grad_clip", "temperature", "top_p", "max_new_tokens",
                        "max_prompt_length", "prompt_template", "adv_estimator", "gamma", "step_weight", "gigpo_mode",
                        "loss_agg_mode", "micro_batch", "ckpt_every", "val_every", "val_size", "layout",

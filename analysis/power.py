@@ -152,10 +152,8 @@ def power_markdown(results: list[dict], problem_counts: list[int], max_seeds: in
     comp = pd.DataFrame(components_rows(results))
     rows = pd.DataFrame(power_rows(results, problem_counts, max_seeds))
     for c in [c for c in rows.columns if c.startswith("seeds@")]:
-        rows[c] = [f"> {max_seeds}" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v))
-                   for v in rows[c]]
-    rows["rel_effect"] = ["(measured)" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
-                          for v in rows["rel_effect"]]
+        rows[c] = [f"> {max_seeds}" if pd.isna(v) else str(int(v)) for v in rows[c]]
+    rows["rel_effect"] = ["(measured)" if pd.isna(v) else f"{v:+.1%}" for v in rows["rel_effect"]]
     fmt = lambda df: df.to_markdown(index=False, floatfmt=".4f")  # noqa: E731
     return ("## Variance components of the pilot (accuracy per problem, mean of its samples)\n\n" + fmt(comp)
             + "\n\n## Seeds needed for a 95 % half-width <= half the effect\n\n" + fmt(rows)

@@ -70,10 +70,6 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
     return A, [r.get("train_seed") for r in rows], uids
 
 
-def _indices(rng: np.random.Generator, n_seeds: int, n_problems: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    return rng.integers(0, n_seeds, size=(b, n_seeds)), rng.integers(0, n_problems, size=(b, n_problems))
-
-
 def _replicates(A: np.ndarray, si: np.ndarray, pi: np.ndarray) -> np.ndarray:
     # mean over the resampled cells = mean over resampled seeds of (mean over resampled problems)
     # per seed row, computed per replicate without materialising (b, S, P) at once
@@ -88,7 +84,8 @@ def bootstrap_mean(A: np.ndarray, b: int = B_DEFAULT, seed: int = RNG_SEED) -> E
     A = np.asarray(A, dtype=float)
     if A.ndim != 2 or A.size == 0:
         raise ValueError(f"bootstrap_mean: need a non-empty seeds x problems matrix, got shape {A.shape}")
-    si, pi = _indices(np.random.default_rng(seed), A.shape[0], A.shape[1], b)
+    rng, (S, P) = np.random.default_rng(seed), A.shape
+    si, pi = rng.integers(0, S, size=(b, S)), rng.integers(0, P, size=(b, P))
     scale = float(np.abs(A).max())
     lo, hi = percentile_interval(_replicates(A, si, pi), scale)
     return Estimate(snap(A.mean(), scale), lo, hi, A.shape[0], A.shape[1])

@@ -43,6 +43,12 @@ PAPER = {   # seed 000 (VSR), Appendix D.5 and Figure 7, Qwen2.5-7B-Instruct
 }
 
 
+# the D.5 prefix comparisons: key of the checks (and of PAPER), what it measures
+PREFIX_ROWS = (("failed_success", "failed prefixes: continuation success"),
+               ("failed_all_fail", "failed prefixes: all-fail groups"),
+               ("successful_all_fail", "successful prefixes: all-fail groups"))
+
+
 class TooFewMixed(ValueError):
     """The policy's first groups are too rarely mixed for the sigma-hat validation."""
 
@@ -169,7 +175,8 @@ def prefix_checks(ctx, problems, n: int = 16, positions: Sequence[float] = POSIT
 
 
 # ------------------------------------------------------------------ report
-def _f(x) -> str:
+def fmt(x) -> str:
+    """Three decimals, or "n/a" for a missing (None or NaN) value."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
@@ -181,7 +188,8 @@ def report(curve: dict | None, checks: dict | None) -> str:
         lines += [f"| {a:.2f} | {m:.3f} | {lo:.3f} | {hi:.3f} |"
                   for a, m, lo, hi in zip(curve["alphas"], curve["mean"], curve["q25"], curve["q75"])]
         lines += ["", f"Line through the means: {curve['slope']:.3f} x alpha + {curve['intercept']:.3f}, "
-                  f"R^2 {_f(curve['r2'])}, largest residual {curve['max_residual']:.3f}. Paper: {PAPER['figure7']}.", ""]
+                  f"R^2 {fmt(curve['r2'])}, largest residual {curve['max_residual']:.3f}. "
+                  f"Paper: {PAPER['figure7']}.", ""]
     if checks and "not_computed" in checks:
         lines += ["### Appendix D.5: not computed on this policy", "", checks["not_computed"], ""]
     elif checks:
@@ -192,14 +200,12 @@ def report(curve: dict | None, checks: dict | None) -> str:
         for k in ("pearson_pooled", "spearman_pooled"):
             e, lo, hi = checks[k]
             pe, plo, phi = PAPER[k]
-            lines.append(f"| {k.replace('_', ' ')} | {_f(e)} [{_f(lo)}, {_f(hi)}] | {pe} [{plo}, {phi}] |")
+            lines.append(f"| {k.replace('_', ' ')} | {fmt(e)} [{fmt(lo)}, {fmt(hi)}] | {pe} [{plo}, {phi}] |")
         for k in ("pearson_by_position", "spearman_by_position"):
-            lines.append(f"| {k.replace('_', ' ')} ({pos}) | {' / '.join(_f(v) for v in checks[k])} | "
+            lines.append(f"| {k.replace('_', ' ')} ({pos}) | {' / '.join(fmt(v) for v in checks[k])} | "
                          f"{' / '.join(str(v) for v in PAPER[k])} |")
-        for k, say in (("failed_success", "failed prefixes: continuation success"),
-                       ("failed_all_fail", "failed prefixes: all-fail groups"),
-                       ("successful_all_fail", "successful prefixes: all-fail groups")):
-            lines.append(f"| {say} ({pos}) | {' / '.join(_f(v) for v in checks[k])} | "
+        for k, say in PREFIX_ROWS:
+            lines.append(f"| {say} ({pos}) | {' / '.join(fmt(v) for v in checks[k])} | "
                          f"{' / '.join(str(v) for v in PAPER[k])} |")
         lines.append("")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ registry refuses a class that does not.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Container, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -104,11 +104,7 @@ class RolloutContext:
 
     def prompt_items(self, problems: Sequence[Problem]) -> list[tuple]:
         """Items for ``sample_groups`` that start from the original prompts (no replayed prefix)."""
-        out = []
-        for p in problems:
-            ids = self.encode_prompt(p)
-            out.append((p, ids, "", len(ids), p.uid))
-        return out
+        return [(p, ids, "", len(ids), p.uid) for p, ids in zip(problems, map(self.encode_prompt, problems))]
 
     def replay_item(self, problem: Problem, trajectory: Sequence[int], cut: int) -> tuple:
         """The item that continues ``problem``'s ``trajectory`` after its first ``cut`` tokens."""
@@ -239,6 +235,20 @@ def item_uid(item: Problem | int) -> str:
     """A training item's key in a method's state, the same on every task: a problem's uid, a
     map seed as text (JSON keys are text, so a resumed run's state finds the same keys)."""
     return item.uid if isinstance(item, Problem) else str(item)
+
+
+def fresh_outcomes(groups: Sequence[Group], threshold: float,
+                   known: Container[str] | None = None) -> dict[str, list[float]]:
+    """Per problem uid: [successes (rewards > ``threshold``), samples] of the RL groups rolled out
+    from the original prompt (no replayed prefix), only of the uids in ``known`` when given."""
+    agg: dict[str, list[float]] = {}
+    for g in groups:
+        if g.is_replay or g.supervised or not g.rewards or (known is not None and g.problem_uid not in known):
+            continue
+        s = agg.setdefault(g.problem_uid, [0.0, 0.0])
+        s[0] += sum(r > threshold for r in g.rewards)
+        s[1] += len(g.rewards)
+    return agg
 
 
 def advantage_terms(method: Method, groups: Sequence[Group]) -> tuple[list[float], list[float]]:

@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 from components.data.schema import Problem
 from components.methods.base import Group, MethodConfig, RolloutContext, Method
 from components.methods.vigor import VIGOR, VIGORConfig, progressive_rounds
-from components.methods.vip import VIP, VIPConfig, allocate, f_var
+from components.methods.vip import VIP, VIPConfig, allocate
 from components.methods.vsr import VSR, VSRConfig
 
 
@@ -149,8 +149,7 @@ class VIPVSR(_WithVSR):
         for g, pi, ni in zip(groups, p.tolist(), ns):
             g.meta.update(vip_p=pi, vip_n=ni)
         self._stats(groups)
-        self.last_stats.update(var_objective=float((a * f_var(ns, c.base)).sum()),
-                               var_objective_uniform=float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum()))
+        self.last_stats.update(self.vip.objective_stats(a, ns))
         return groups
 
     def observe(self, groups: list[Group]) -> None:

@@ -84,15 +84,10 @@ def draw_unused(pool: Sequence[Problem], k: int, used: set[str], rng: np.random.
 
 def discard(ctx: RolloutContext, groups: Sequence[Group], keep_idx: Sequence[Sequence[int]] | None = None) -> None:
     """Move the generated tokens of ``groups`` (or of the samples NOT in ``keep_idx[j]``) to "discarded"."""
-    tokens = seqs = 0
-    for j, g in enumerate(groups):
-        kept = set(keep_idx[j]) if keep_idx is not None else set()
-        for i, r in enumerate(g.responses):
-            if i not in kept:
-                tokens += len(r)
-                seqs += 1
-    if seqs:
-        ctx.engine.meter.reclassify("discarded", tokens, seqs)
+    dropped = [r for j, g in enumerate(groups) for i, r in enumerate(g.responses)
+               if keep_idx is None or i not in keep_idx[j]]
+    if dropped:
+        ctx.engine.meter.reclassify("discarded", sum(map(len, dropped)), len(dropped))
 
 
 class DAPO(Stateless):

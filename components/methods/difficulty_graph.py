@@ -55,7 +55,7 @@ from scipy import sparse
 from scipy.special import digamma
 
 from components.data.schema import Problem
-from components.methods.base import MethodConfig
+from components.methods.base import MethodConfig, fresh_outcomes
 from components.methods.embeddings import HashingEmbedder, MiniLMEmbedder, median_bandwidth
 
 
@@ -247,13 +247,7 @@ class GraphDifficulty:
 
     def observe_groups(self, groups, step: int) -> None:
         """Observe a step's fresh (non-replay, RL) groups: successes = rewards > threshold."""
-        agg: dict[str, list[float]] = {}
-        for g in groups:
-            if g.is_replay or g.supervised or not g.rewards or g.problem_uid not in self.row:
-                continue
-            a = agg.setdefault(g.problem_uid, [0.0, 0.0])
-            a[0] += sum(r > self.config.success_threshold for r in g.rewards)
-            a[1] += len(g.rewards)
+        agg = fresh_outcomes(groups, self.config.success_threshold, self.row)
         if agg:
             uids, succ, n = list(agg), np.array([v[0] for v in agg.values()]), np.array([v[1] for v in agg.values()])
             self.last_error = self.prediction_error(uids, succ / n, step)
@@ -285,12 +279,13 @@ class GraphDifficulty:
     # state: the graph is rebuilt from the pool by fit_pool; the online beliefs travel
     def state_dict(self) -> dict[str, Any]:
         if self._pending or not self.row:
-            return {"step": self.step, "alpha": self.alpha.tolist(), "beta": self.beta.tolist(),
-                    "nodes": {u: list(v) for u, v in self._pending.items()}}
-        seen = np.flatnonzero((self.s + self.f > 0) | (np.abs(self.phi - 1.0 / self.config.n_states).sum(1) > 0))
-        keys = list(self.row)
-        return {"step": self.step, "alpha": self.alpha.tolist(), "beta": self.beta.tolist(),
-                "nodes": {keys[i]: [float(self.s[i]), float(self.f[i]), *map(float, self.phi[i])] for i in seen}}
+            nodes = {u: list(v) for u, v in self._pending.items()}
+        else:
+            moved = np.abs(self.phi - 1.0 / self.config.n_states).sum(1) > 0
+            seen = np.flatnonzero((self.s + self.f > 0) | moved)
+            keys = list(self.row)
+            nodes = {keys[i]: [float(self.s[i]), float(self.f[i]), *map(float, self.phi[i])] for i in seen}
+        return {"step": self.step, "alpha": self.alpha.tolist(), "beta": self.beta.tolist(), "nodes": nodes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])

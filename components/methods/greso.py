@@ -54,6 +54,7 @@ so only one GRESO is implemented. Mean rewards are used as given (0/1 rewards as
 from __future__ import annotations
 
 import math
+from itertools import takewhile
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -86,12 +87,7 @@ class GRESOConfig(DifficultyChoice):   # difficulty: graph = skip on the graph e
 
 
 def _trailing(means: Sequence[float], pred) -> int:
-    z = 0
-    for m in reversed(means):
-        if not pred(m):
-            break
-        z += 1
-    return z
+    return sum(1 for _ in takewhile(pred, reversed(means)))
 
 
 def skip_probability(trace: Sequence, p_easy: float, p_hard: float, easy_threshold: float = 0.98,

@@ -215,20 +215,17 @@ class PAIR(Method):
         stopped = [len(pre[g][i].token_ids) for g in range(G) for i in range(K) if not done[g, i]]
         if stopped:
             ctx.engine.meter.reclassify("discarded", sum(stopped), len(stopped))
-        texts, golds, rows = [], [], []
+        rows = []
         for g in range(G):
             for i in range(K):
                 if done[g, i]:
                     tail = suffix.get((g, i))
                     ids = tuple(pre[g][i].token_ids) + (tuple(tail.token_ids) if tail else ())
                     txt = pre[g][i].text + (tail.text if tail else "")
-                    fin = tail.finish_reason if tail else pre[g][i].finish_reason
-                    rows.append((g, i, ids, txt, fin))
-                    texts.append(txt)
-                    golds.append(batch[g].answer)
-        graded = ctx.grade(texts, golds) if texts else []
-        if len(graded) != len(texts):
-            raise RuntimeError(f"pair: grader returned {len(graded)} scores for {len(texts)} responses")
+                    rows.append((g, i, ids, txt, tail.finish_reason if tail else pre[g][i].finish_reason))
+        graded = ctx.grade([r[3] for r in rows], [batch[r[0]].answer for r in rows]) if rows else []
+        if len(graded) != len(rows):
+            raise RuntimeError(f"pair: grader returned {len(graded)} scores for {len(rows)} responses")
         by_group: dict[int, list] = {}
         for (g, i, ids, txt, fin), (score, reason) in zip(rows, graded):
             by_group.setdefault(g, []).append((i, ids, txt, fin, float(score), reason))

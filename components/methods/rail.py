@@ -246,8 +246,7 @@ class RAIL(Method):
                 continue
             wins = [i for i, r in enumerate(g.rewards) if r > self.config.success_threshold]
             if wins:   # the most recent success (prefix + continuation) becomes the prompt's trajectory
-                resp = [t for t in g.responses[wins[-1]] if t != self.eos]
-                self.buffer[g.problem_uid] = list(g.context_ids[g.prompt_len:]) + resp
+                self.buffer[g.problem_uid] = g.trajectory(wins[-1], self.eos)
             if not g.is_replay:
                 v = self.counts.setdefault(g.problem_uid, [0.0, 0.0])
                 v[0] += len(wins)

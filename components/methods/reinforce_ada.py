@@ -253,9 +253,6 @@ class ReinforceAdaSeq(Stateless):
     name = "reinforce_ada_seq"
     Config = ReinforceAdaSeqConfig
 
-    def __init__(self, config: ReinforceAdaSeqConfig):
-        super().__init__(config)
-
     def _exits(self, n_pos: int, n_neg: int) -> bool:
         c, n = self.config, self.config.final_keep
         if c.choice == "balanced":

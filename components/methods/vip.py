@@ -39,7 +39,7 @@ from pydantic import Field, model_validator
 from scipy.linalg import cho_factor, cho_solve
 
 from components.data.schema import Problem
-from components.methods.base import Group, Method, RolloutContext
+from components.methods.base import Group, Method, RolloutContext, fresh_outcomes
 from components.methods.difficulty_graph import DifficultyChoice, graph_error, graph_estimator
 # the embedders and the median heuristic are shared with the graph estimator
 from components.methods.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder, median_bandwidth  # noqa: F401
@@ -276,31 +276,28 @@ class VIP(Method):
         uids = [p.uid for p in batch]
         m = self.gp.predict_latent(uids)
         p = sigmoid(m) if self.graph is None else self.graph.predict(uids)
-        ns = allocate(p * (1 - p), c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
+        a = p * (1 - p)
+        ns = allocate(a, c.budget_per_prompt * len(batch), c.L, c.max_n, c.base)
         self._pred = dict(zip(uids, m.tolist()))
         groups = ctx.sample_groups(ctx.prompt_items(batch), ns)
         for g, pi, ni in zip(groups, p.tolist(), ns):
             g.meta.update(vip_p=pi, vip_n=ni)
-        # the objective the allocation minimises (sum_i p_i(1-p_i) f(n_i) on the predicted p), and
-        # the same with the uniform allocation of the budget: what the claims check reads
-        a = p * (1 - p)
         self.last_stats = {"n_min": float(min(ns, default=0)), "n_max": float(max(ns, default=0)),
-                           "p_pred_mean": float(p.mean()) if len(p) else 0.0,
-                           "var_objective": float((a * f_var(ns, c.base)).sum()),
-                           "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
+                           "p_pred_mean": float(p.mean()) if len(p) else 0.0, **self.objective_stats(a, ns)}
         return groups
+
+    def objective_stats(self, a: np.ndarray, ns: Sequence[int]) -> dict[str, float]:
+        """The objective the allocation minimises (sum_i a_i f(n_i), a_i = p_i(1-p_i) on the predicted
+        p), and the same with the uniform allocation of the budget: what the claims check reads."""
+        c = self.config
+        return {"var_objective": float((a * f_var(ns, c.base)).sum()),
+                "var_objective_uniform": float((a * f_var([c.budget_per_prompt] * len(ns), c.base)).sum())}
 
     def observe(self, groups: list[Group]) -> None:
         if self.graph is not None:
             self.graph.observe_groups(groups, self.step)
             return
-        agg: dict[str, list[float]] = {}
-        for g in groups:
-            if g.is_replay or g.supervised or not g.rewards or g.problem_uid not in self.gp.row:
-                continue
-            s = agg.setdefault(g.problem_uid, [0.0, 0.0])
-            s[0] += sum(r > self.config.success_threshold for r in g.rewards)
-            s[1] += len(g.rewards)
+        agg = fresh_outcomes(groups, self.config.success_threshold, self.gp.row)
         if agg:
             uids = list(agg)
             m_prior = np.array([self._pred[u] for u in uids]) if all(u in self._pred for u in uids) else None

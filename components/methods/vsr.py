@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from itertools import takewhile
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -250,12 +251,7 @@ class VSR(Method):
         # only what they evict, not the whole buffer.
         w = self.config.window_steps
         if w is not None:
-            old = []
-            for uid, t in self.buffer.items():
-                if self.step - t.inserted_step < w:
-                    break
-                old.append(uid)
-            for uid in old:
+            for uid in list(takewhile(lambda u: self.step - self.buffer[u].inserted_step >= w, self.buffer)):
                 del self.buffer[uid]
         excess = len(self.buffer) - self.config.capacity
         if excess > 0:

@@ -36,9 +36,7 @@ class ProblemStages:
 
     @staticmethod
     def filter_hard(params, ctx) -> dict:
-        if params.keep_all:
-            return _keep_all(params, ctx)
-        return filter_hard(params, ctx)
+        return _keep_all(params, ctx) if params.keep_all else filter_hard(params, ctx)
 
     @classmethod
     def evaluation(cls, params, ctx):

@@ -105,8 +105,7 @@ def load(model_arg: str | None):
     from components.hf_models import model_dir_of
 
     d = model_dir_of(Path(model_arg))
-    model, tok = load_policy(d)
-    return d, model, tok
+    return (d, *load_policy(d))
 
 
 def workload_args(ap: argparse.ArgumentParser, prompts: int, max_new: int, threads: int) -> None:

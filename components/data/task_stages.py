@@ -251,8 +251,7 @@ def filter_hard(params, ctx) -> dict:
                                         ("heldout", "heldout_pool.jsonl", params.max_heldout, params.seed + 1)):
             pool = read_problems(pools_dir(ctx.input("data"), params.data_mixture) / fname)
             if cap == 0 or not pool:
-                write_problems(ctx.out_dir / f"{split}.jsonl", [])
-                out[split] = 0
+                out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", [])
                 continue
             clip = [0, 0]
             with meter.tagged(split=split):

@@ -122,8 +122,6 @@ def olympiad_answers(final_answer: list[str], multiple: bool) -> list[str]:
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _TRAILING_JUNK = re.compile(r"\s*solution\s*:?\s*$", re.I)
 _NUMBER_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\$\s*(?:\\mathrm\{)?[a-zA-Z]+(?:\^\{?\d\}?)?\}?\s*\$$")
-
-
 _PERCENT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\\?%$")
 _NUMPY_FLOAT = re.compile(r"(\d)\.(?=\s*/)")
 _NUMPY_FUNC = re.compile(r"\bnp\.(?=(?:arc)?(?:sin|cos|tan)h?\(|exp\(|log\(|sqrt\()")

@@ -18,7 +18,6 @@ import tempfile
 import time
 
 
-
 def _forget_process_caches(cf) -> None:
     cf._FILES.clear()
     cf._DISKS.clear()

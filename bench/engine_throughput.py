@@ -80,14 +80,19 @@ def profile_engines(model, tok, ctxs, args) -> None:
         with profile(activities=acts) as prof:
             eng.generate(reqs, sp)
         wall = time.perf_counter() - t0
-        ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-        total = sum(e.self_cpu_time_total for e in ops) or 1
-        print(f"\nprofile {name}: {wall:.1f} s wall (profiled), {len(eng._chunks(reqs, max_new))} batch(es), "
-              f"{eng.meter.totals()['generated_tokens']} generated tokens (up to {max_new} per sequence)")
-        print("| operator | self CPU s | share | calls |\n|---|---|---|---|")
-        for e in ops[:args.profile_top]:
-            print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
-        print()
+        print_profile(prof, f"\nprofile {name}: {wall:.1f} s wall (profiled), {len(eng._chunks(reqs, max_new))} "
+                            f"batch(es), {eng.meter.totals()['generated_tokens']} generated tokens (up to {max_new} "
+                            "per sequence)", args.profile_top)
+
+
+def print_profile(prof, title: str, top: int) -> None:
+    """``title``, then the ``top`` operators of a torch.profiler run by self CPU time, as a table."""
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ops) or 1
+    print(f"{title}\n| operator | self CPU s | share | calls |\n|---|---|---|---|")
+    for e in ops[:top]:
+        print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
+    print()
 
 
 def load(model_arg: str | None):
@@ -100,8 +105,7 @@ def load(model_arg: str | None):
     from components.hf_models import model_dir_of
 
     d = model_dir_of(Path(model_arg))
-    model, tok = load_policy(d)
-    return d, model, tok
+    return (d, *load_policy(d))
 
 
 def workload_args(ap: argparse.ArgumentParser, prompts: int, max_new: int, threads: int) -> None:

@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from components.stages.base import StageParams
 
 

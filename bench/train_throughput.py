@@ -26,7 +26,7 @@ import statistics
 import time
 
 import torch
-from engine_throughput import contexts, load, report, workload_args
+from engine_throughput import contexts, load, print_profile, report, workload_args
 
 from components.engine.base import Request, SamplingParams
 from components.methods.base import Group
@@ -78,19 +78,6 @@ def plain(model, tok, groups, args):
     return step
 
 
-def profile_update(fn, top: int) -> None:
-    from torch.profiler import profile
-
-    with profile() as prof:
-        fn()
-    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    total = sum(e.self_cpu_time_total for e in ops) or 1
-    print("\nprofile of one embedded update:\n| operator | self CPU s | share | calls |\n|---|---|---|---|")
-    for e in ops[:top]:
-        print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")
-    print()
-
-
 def run(args) -> None:
     from components.engine.device import place
 
@@ -103,7 +90,11 @@ def run(args) -> None:
     for fn in runners.values():
         fn()                                      # warm-up: optimizer state, allocator
     if args.profile:
-        profile_update(runners["embedded"], args.profile_top)
+        from torch.profiler import profile
+
+        with profile() as prof:
+            runners["embedded"]()
+        print_profile(prof, "\nprofile of one embedded update:", args.profile_top)
     rates: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(args.repeats):
         for name, fn in runners.items():

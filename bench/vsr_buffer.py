@@ -16,7 +16,6 @@ import argparse
 import statistics
 import time
 
-
 import numpy as np
 
 from components.methods.base import Group

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 
-
 def latest_tables_output(name: str) -> Path:
     from components import tracking
 

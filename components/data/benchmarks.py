@@ -122,8 +122,6 @@ def olympiad_answers(final_answer: list[str], multiple: bool) -> list[str]:
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _TRAILING_JUNK = re.compile(r"\s*solution\s*:?\s*$", re.I)
 _NUMBER_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\$\s*(?:\\mathrm\{)?[a-zA-Z]+(?:\^\{?\d\}?)?\}?\s*\$$")
-
-
 _PERCENT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*\\?%$")
 _NUMPY_FLOAT = re.compile(r"(\d)\.(?=\s*/)")
 _NUMPY_FUNC = re.compile(r"\bnp\.(?=(?:arc)?(?:sin|cos|tan)h?\(|exp\(|log\(|sqrt\()")
@@ -285,24 +283,20 @@ def _gaokao(row: dict, where: str, i: int, name: str) -> Problem:
 @dataclass(frozen=True)
 class BenchmarkSpec:
     name: str
-    file: str                              # default file under <root>/<name>/
     convert: Callable[[dict, str, int, str], Problem]
     hf: tuple[str, str | None, str]        # (dataset name, config, split): best known, untested
-    alt_files: tuple[str, ...] = ()
+    alt_files: tuple[str, ...] = ()        # other shipped copies (``load_benchmark``'s ``file``)
+    file: str = "test.jsonl"               # default file under <root>/<name>/
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
-    BenchmarkSpec("math500", "test.jsonl", _math500, ("HuggingFaceH4/MATH-500", None, "test")),
-    BenchmarkSpec("aime24", "test.jsonl", _aime, ("HuggingFaceH4/aime_2024", None, "train")),
-    BenchmarkSpec("aime25", "test.jsonl", _aime, ("math-ai/aime25", None, "test"),
-                  ("aime25_matharena.jsonl",)),
-    BenchmarkSpec("amc23", "test.jsonl", _amc, ("math-ai/amc23", None, "test")),
-    BenchmarkSpec("minerva_math", "test.jsonl", _minerva, ("math-ai/minervamath", None, "test"),
-                  ("test_with_answer.jsonl",)),
-    BenchmarkSpec("olympiadbench", "test.jsonl", _olympiad,
-                  ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train")),
-    BenchmarkSpec("gaokao2023en", "test.jsonl", _gaokao,
-                  ("MARIO-Math-Reasoning/Gaokao2023-Math-En", None, "train")),
+    BenchmarkSpec("math500", _math500, ("HuggingFaceH4/MATH-500", None, "test")),
+    BenchmarkSpec("aime24", _aime, ("HuggingFaceH4/aime_2024", None, "train")),
+    BenchmarkSpec("aime25", _aime, ("math-ai/aime25", None, "test"), ("aime25_matharena.jsonl",)),
+    BenchmarkSpec("amc23", _amc, ("math-ai/amc23", None, "test")),
+    BenchmarkSpec("minerva_math", _minerva, ("math-ai/minervamath", None, "test"), ("test_with_answer.jsonl",)),
+    BenchmarkSpec("olympiadbench", _olympiad, ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train")),
+    BenchmarkSpec("gaokao2023en", _gaokao, ("MARIO-Math-Reasoning/Gaokao2023-Math-En", None, "train")),
 )}
 
 

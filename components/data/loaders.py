@@ -22,11 +22,11 @@ from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Liter
 from pydantic import AfterValidator, BeforeValidator, model_validator
 
 from components.data.schema import (AnswerText, DataError, LevelNumber, OptionalAnswerText, Problem, Row,
-                                    null_as, parse_json_line, validate_row)
+                                    null_as, numbered_lines, parse_json_line, validate_row)
 from components.error_text import FieldError
 
-__all__ = ["LoadReport", "Problems", "load_openr1", "load_math", "load_dapo17k", "iter_rows", "source_rows",
-           "collect", "strip_dapo_boilerplate"]
+__all__ = ["LoadReport", "Problems", "LOADERS", "load_openr1", "load_math", "load_dapo17k", "iter_rows",
+           "source_rows", "collect", "strip_dapo_boilerplate"]
 
 OnError = Literal["raise", "skip"]
 MAX_KEPT_ERRORS = 100
@@ -74,18 +74,14 @@ def iter_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
         return
     if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
         raise DataError(f"{path}: unsupported file type (expected .jsonl or .parquet)")
-    with path.open("rb") as f:  # bytes: invalid UTF-8 is one bad line, not a codec crash
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = parse_json_line(line, where)
-            except DataError as e:
-                yield where, e
-                continue
-            yield where, row if isinstance(row, dict) else DataError(
-                f"{where}: expected a JSON object, got {type(row).__name__}")
+    for where, line in numbered_lines(path):
+        try:
+            row = parse_json_line(line, where)
+        except DataError as e:
+            yield where, e
+            continue
+        yield where, row if isinstance(row, dict) else DataError(
+            f"{where}: expected a JSON object, got {type(row).__name__}")
 
 
 def collect(rows: Iterable[tuple[str, Any]], convert: Callable[[dict, str, int], Problem | None], *,
@@ -349,3 +345,7 @@ def load_openr1(path_or_name: str | Path, config: str = "default", limit: int | 
 
     return collect(source_rows(path_or_name, config, split), convert,
                    report=LoadReport(str(path_or_name)), on_error=on_error, limit=limit)
+
+
+# the real sources a sweep names (prepare_data's ``source``, a mixture part's)
+LOADERS = {"openr1": load_openr1, "math": load_math, "dapo17k": load_dapo17k}

@@ -34,10 +34,9 @@ def load_mixture(parts: tuple[Part, ...] | list[Part], on_error: Literal["raise"
     """The parts' problems, concatenated, first copy of a uid kept (``Problems`` with a summed report)."""
     from components.data import loaders
 
-    load = {"openr1": loaders.load_openr1, "math": loaders.load_math, "dapo17k": loaders.load_dapo17k}
     out, seen, report = [], set(), loaders.LoadReport(source="+".join(p.source for p in parts))
     for part in parts:
-        got = load[part.source](part.path, on_error=on_error, limit=part.limit)
+        got = loaders.LOADERS[part.source](part.path, on_error=on_error, limit=part.limit)
         if not got:
             raise ValueError(f"mixture part {part.source} {part.path}: no problems loaded ({got.report})")
         for k in ("rows", "skipped", "filtered", "duplicates", "conflicts", "repaired"):

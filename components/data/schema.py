@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, TypeVar
+from typing import Annotated, Any, Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
@@ -140,6 +140,15 @@ def parse_json_line(raw: bytes, where: str) -> Any:
         raise DataError(f"{where}: invalid JSON (too deeply nested)") from None
 
 
+def numbered_lines(path: Path) -> Iterator[tuple[str, bytes]]:
+    """``("<path>:<line number>", line)`` per non-blank line, as bytes: a bad line is reported
+    with its number (``parse_json_line``), not by the codec."""
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield f"{path}:{lineno}", line
+
+
 def write_problems(path: str | Path, problems: Iterable[Problem]) -> int:
     path = Path(path)
     n = 0
@@ -156,17 +165,13 @@ def read_problems(path: str | Path) -> list[Problem]:
         raise DataError(f"{path}: no such data file")
     out: list[Problem] = []
     seen: set[str] = set()
-    with path.open("rb") as f:  # bytes: a bad line is reported with its number, not by the codec
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            d = parse_json_line(line, where)
-            if not isinstance(d, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            p = Problem.from_json(d, where)
-            if p.uid in seen:
-                raise DataError(f"{where}: duplicate uid '{p.uid}'")
-            seen.add(p.uid)
-            out.append(p)
+    for where, line in numbered_lines(path):
+        d = parse_json_line(line, where)
+        if not isinstance(d, dict):
+            raise DataError(f"{where}: expected a JSON object")
+        p = Problem.from_json(d, where)
+        if p.uid in seen:
+            raise DataError(f"{where}: duplicate uid '{p.uid}'")
+        seen.add(p.uid)
+        out.append(p)
     return out

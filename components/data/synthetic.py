@@ -35,10 +35,7 @@ _BOXED_RE = re.compile(r"\\boxed\{(-?\d+)\}")
 def format_expression(terms: Sequence[int]) -> str:
     """``[42, 59, -77]`` -> ``"42+59-77"``. The first term must be non-negative (no unary minus)."""
     _check_terms(terms)
-    out = [str(terms[0])]
-    for t in terms[1:]:
-        out.append(("+" if t >= 0 else "-") + str(abs(t)))
-    return "".join(out)
+    return str(terms[0]) + "".join(("+" if t >= 0 else "-") + str(abs(t)) for t in terms[1:])
 
 
 def format_prompt(terms: Sequence[int]) -> str:
@@ -83,12 +80,7 @@ def parse_steps(trace: str) -> list[int]:
     the trace are not included. Negative numbers and the prompt's final "." never contain
     ``". "`` so the split is unambiguous.
     """
-    offs = []
-    i = trace.find(". ")
-    while i != -1:
-        offs.append(i + 2)
-        i = trace.find(". ", i + 2)
-    return offs
+    return [m.end() for m in re.finditer(r"\. ", trace)]
 
 
 def check_trace(trace: str, terms: Sequence[int] | None = None) -> bool:

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
-from components.data.mixtures import pools_dir
+from components.data.mixtures import pools_dir, split_pools, write_mixtures
+from components.data.prompting import encode_prompt
+from components.data.schema import read_problems, write_problems
+from components.engine.base import Request, SamplingParams, TokenMeter
+from components.stages.common import grade_fn, make_engine, open_engine, set_threads, write_json
 
 
 class ProblemStages:
@@ -31,15 +36,10 @@ class ProblemStages:
 
     @staticmethod
     def filter_hard(params, ctx) -> dict:
-        if params.keep_all:
-            return _keep_all(params, ctx)
-        return filter_hard(params, ctx)
+        return _keep_all(params, ctx) if params.keep_all else filter_hard(params, ctx)
 
     @classmethod
     def evaluation(cls, params, ctx):
-        from components.data.schema import read_problems
-        from components.stages.common import grade_fn
-
         if params.benchmark is not None:
             from components.data import arith_benchmark
             from components.data.benchmarks import load_benchmark
@@ -56,8 +56,6 @@ class ProblemStages:
         return cls(grade_fn(params.grading_timeout_s)), [(p.uid, p) for p in problems], params.samples_per_seed
 
     def eval_samples(self, engine, tok, problems, n, sampling, params) -> list[list]:
-        from components.data.prompting import encode_prompt
-        from components.engine.base import Request
         from components.reward.grader import extract_answer
         from components.stages.evaluate import Sample
 
@@ -91,12 +89,6 @@ class ProblemStages:
     def seed_prefixes(params, ctx) -> dict:
         """One verified expert trace per hard prompt: ``sft.jsonl``, ``traces.json`` and the
         expert prefix states at ``cut_fractions`` (``prefix_pool.jsonl``)."""
-        import json
-        from dataclasses import replace
-
-        from components.data.schema import read_problems, write_problems
-        from components.stages.common import grade_fn, write_json
-
         hard = read_problems(ctx.input("hard") / "train.jsonl")
         grade = grade_fn(params.grading_timeout_s)
         try:
@@ -138,10 +130,7 @@ class ProblemStages:
         temperature 1 on prepare_data's probe set (never trained on)."""
         import numpy as np
 
-        from components.data.schema import read_problems
-        from components.engine.base import Request, SamplingParams, TokenMeter
         from components.policy.tokenizer import build_tokenizer
-        from components.stages.common import grade_fn, make_engine, write_json
         from components.stages.pretrain import train_base_policy
 
         problems = read_problems(ctx.input("data") / "pretrain.jsonl")
@@ -174,8 +163,6 @@ class ProblemStages:
 
 def _write_pools(ctx, **pools) -> dict[str, int]:
     """``<name>.jsonl`` per pool in the stage's output; the rows written, by name."""
-    from components.data.schema import write_problems
-
     return {name: write_problems(ctx.out_dir / f"{name}.jsonl", problems) for name, problems in pools.items()}
 
 
@@ -204,18 +191,12 @@ def write_pools(params, ctx) -> dict:
 
 
 def read_real(p, ctx) -> dict:
-    import numpy as np
+    from components.data.loaders import LOADERS
 
-    from components.data import loaders
-
-    load = {"openr1": loaders.load_openr1, "math": loaders.load_math, "dapo17k": loaders.load_dapo17k}[p.source]
-    problems = load(p.path, on_error=p.on_error, limit=p.limit)
+    problems = LOADERS[p.source](p.path, on_error=p.on_error, limit=p.limit)
     if not problems:
         raise ValueError(f"prepare_data: {p.path}: no problems loaded ({problems.report})")
-    order = np.random.default_rng(p.seed).permutation(len(problems))
-    n_held = int(round(p.heldout_fraction * len(problems)))
-    heldout = [problems[i] for i in sorted(order[:n_held])]
-    pool = [problems[i] for i in sorted(order[n_held:])]
+    pool, heldout = split_pools(problems, p.heldout_fraction, p.seed)
     counts = _write_pools(ctx, pretrain=[], train_pool=pool, heldout_pool=heldout, probe=[])
     rep = problems.report
     report = {k: v for k, v in vars(rep).items() if k != "errors"}
@@ -223,8 +204,6 @@ def read_real(p, ctx) -> dict:
                                                        indent=2))
     ctx.tracker.log_metrics({**{f"rows/{k}": v for k, v in counts.items()},
                              **{f"load/{k}": v for k, v in report.items() if isinstance(v, (int, float))}})
-    from components.data.mixtures import write_mixtures
-
     mixed = write_mixtures(p.mixtures, ctx.out_dir, heldout_fraction=p.heldout_fraction, seed=p.seed,
                            on_error=p.on_error)
     if mixed:
@@ -235,9 +214,6 @@ def read_real(p, ctx) -> dict:
 def filter_pool(problems, engine, grade, tok, params, seed: int, clip: list | None = None):
     """-> list of (problem, successes, samples drawn) for every prompt, early-stopped.
     ``clip`` (if given) gets [responses cut off by the budget, responses] added."""
-    from components.data.prompting import encode_prompt
-    from components.engine.base import Request, SamplingParams
-
     succ = {p.uid: 0 for p in problems}
     drawn = {p.uid: 0 for p in problems}
     active = list(problems)
@@ -265,12 +241,6 @@ def filter_pool(problems, engine, grade, tok, params, seed: int, clip: list | No
 
 
 def filter_hard(params, ctx) -> dict:
-    from dataclasses import replace
-
-    from components.data.schema import read_problems, write_problems
-    from components.engine.base import TokenMeter
-    from components.stages.common import grade_fn, open_engine, set_threads, write_json
-
     set_threads(params.threads)
     meter = TokenMeter(stage="filter_hard")
     engine, tok = open_engine(ctx.input("model"), meter, params.engine, params.device)
@@ -281,8 +251,7 @@ def filter_hard(params, ctx) -> dict:
                                         ("heldout", "heldout_pool.jsonl", params.max_heldout, params.seed + 1)):
             pool = read_problems(pools_dir(ctx.input("data"), params.data_mixture) / fname)
             if cap == 0 or not pool:
-                write_problems(ctx.out_dir / f"{split}.jsonl", [])
-                out[split] = 0
+                out[split] = write_problems(ctx.out_dir / f"{split}.jsonl", [])
                 continue
             clip = [0, 0]
             with meter.tagged(split=split):
@@ -313,9 +282,6 @@ def filter_hard(params, ctx) -> dict:
 
 
 def _keep_all(params, ctx) -> dict:
-    from components.data.schema import read_problems, write_problems
-    from components.stages.common import write_json
-
     out = {}
     pools = pools_dir(ctx.input("data"), params.data_mixture)
     for split, fname, cap in (("train", "train_pool.jsonl", params.max_prompts),

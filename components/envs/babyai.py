@@ -53,6 +53,9 @@ _NOT_OBJECTS = {"unseen", "empty", "wall", "floor", "agent"}
 KIND_CODE = {"key": "k", "ball": "o", "box": "x", "door": "d", "goal": "g", "lava": "v"}
 COLOUR_CODE = {"red": "r", "green": "g", "blue": "b", "purple": "p", "yellow": "y", "grey": "e"}
 _DOOR_CODE = {0: "", 1: "c", 2: "l"}
+# cells that are no object, as the describer and the compact code write them
+_CELL_TEXT = {"wall": "a wall", "unseen": "an unseen cell", "empty": "empty floor", "floor": "empty floor"}
+_CELL_CODE = {"wall": "#", "unseen": "?", "empty": ".", "floor": "."}
 
 INSTRUCTION = """You are an agent in a BabyAI grid world. Complete the mission.
 You see a 7x7 area in front of you; positions are given relative to you.
@@ -125,11 +128,7 @@ def describe_view(image, direction: int, mission: str, carrying=None) -> str:
     def name(kind, colour, state):
         if kind == "door":
             return f"{'an' if state == 0 else 'a'} {states[state]} {colour} door"
-        if kind in ("wall", "unseen"):
-            return "a wall" if kind == "wall" else "an unseen cell"
-        if kind in ("empty", "floor"):
-            return "empty floor"
-        return f"a {colour} {kind}"
+        return _CELL_TEXT.get(kind) or f"a {colour} {kind}"
 
     def dist(k):
         return "not visible" if k is None else _plural(k, "step")
@@ -148,10 +147,8 @@ def describe_view(image, direction: int, mission: str, carrying=None) -> str:
 
 
 def _code(kind: str, colour: str, state: int) -> str:
-    if kind in ("wall", "unseen"):
-        return "#" if kind == "wall" else "?"
-    if kind in ("empty", "floor"):
-        return "."
+    if kind in _CELL_CODE:
+        return _CELL_CODE[kind]
     return COLOUR_CODE[colour] + KIND_CODE[kind] + (_DOOR_CODE[state] if kind == "door" else "")
 
 
@@ -179,6 +176,7 @@ def _quiet_reset(env, seed: int):
         return env.reset(seed=seed)
 
 
+@register("babyai")
 @dataclass
 class BabyAIEnv(TextEnv):
     level: str = "BabyAI-OneRoomS8-v0"
@@ -267,8 +265,3 @@ def expert_actions(level: str, seed: int, max_steps: int | None = None) -> list[
                 return actions
             break
     raise RuntimeError(f"babyai: BabyAIBot did not solve {level} seed {seed} in {limit} steps")
-
-
-@register("babyai")
-def _babyai(**kw) -> BabyAIEnv:
-    return BabyAIEnv(**kw)

@@ -162,16 +162,16 @@ class TextEnv:
                            f"{self.steps} turns)")
         if not isinstance(action, str):
             action = "" if action is None else str(action)
-        state_before = self._state_text() if self.template == "full" else self._compact_state()
+        state_before = self.state_text()
         parsed = self._parse(action)
         if parsed is None:
             reward, won, over = -self.invalid_penalty, False, False
         else:
             reward, won, over = self._apply(parsed)
-        shown = (self._action_name(parsed) if parsed is not None
-                 else f"{action.strip()[:80]!r} (invalid, no move)")
-        if self.template == "compact":
-            shown = self._action_name(parsed) if parsed is not None else "?"
+        if parsed is not None:
+            shown = self._action_name(parsed)
+        else:
+            shown = "?" if self.template == "compact" else f"{action.strip()[:80]!r} (invalid, no move)"
         self._turns.append(Turn(state_before, action, parsed is not None, shown))
         self._won = won
         truncated = not (won or over) and self.steps >= self.max_steps
@@ -197,15 +197,13 @@ class TextEnv:
 
     def prompt(self) -> str:
         """Instruction + recent history + current state + admissible actions."""
+        recent = self._turns[-self.history_turns:] if self.history_turns else []
         if self.template == "compact":
             # "<instruction>\n" then "<state>\n><action>\n" per recent turn ("?" = invalid)
             # then "<state>\n>": the reply continues after ">"
-            recent = self._turns[-self.history_turns:] if self.history_turns else []
-            parts = [self.short_instruction or self.name]
-            parts += [f"{t.state}\n>{t.shown}" for t in recent]
+            parts = [self.short_instruction or self.name] + [f"{t.state}\n>{t.shown}" for t in recent]
             return "\n".join(parts + [self._compact_state() + "\n>"])
         lines = [self.instruction.strip(), ""]
-        recent = self._turns[-self.history_turns:] if self.history_turns else []
         if self._turns:
             lines.append(f"You have taken {self.steps} step(s). The last {len(recent)} "
                          f"observation(s) and your action(s):")

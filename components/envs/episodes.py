@@ -46,10 +46,7 @@ def play(make_env: Callable, seed: int, policy: Callable[[str], str],
     for k in range(len(prefix) + env.max_steps):
         if done:
             break
-        if k < len(prefix):
-            action = prefix[k]
-        else:
-            action = policy(prompt)
+        action = prefix[k] if k < len(prefix) else policy(prompt)
         anchors.append(env.anchor())
         prompts.append(prompt)
         prompt, reward, done, info = env.step(action)

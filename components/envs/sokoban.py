@@ -51,6 +51,7 @@ def parse_action(text: str) -> str | None:
     return words.pop() if len(words) == 1 else None
 
 
+@register("sokoban")
 @dataclass
 class SokobanEnv(TextEnv):
     height: int = 6
@@ -128,8 +129,3 @@ class SokobanEnv(TextEnv):
 
     def admissible_actions(self) -> list[str]:
         return list(MOVES)
-
-
-@register("sokoban")
-def _sokoban(**kw) -> SokobanEnv:
-    return SokobanEnv(**kw)

@@ -140,11 +140,6 @@ def solve(level: Level, max_states: int = 2_000_000) -> list[str] | None:
     Raises ``SolverBudgetError`` past ``max_states`` visited states rather than guessing.
     """
     targets = frozenset(level.targets)
-    h, w, walls = level.height, level.width, level.walls
-
-    def free(cell):
-        return 0 <= cell[0] < h and 0 <= cell[1] < w and cell not in walls
-
     start = (level.player, tuple(sorted(level.boxes)))
     if frozenset(start[1]) == targets:
         return []
@@ -156,12 +151,12 @@ def solve(level: Level, max_states: int = 2_000_000) -> list[str] | None:
         p, boxes = state
         for name, (dr, dc) in names:
             q = (p[0] + dr, p[1] + dc)
-            if not free(q):
+            if level.is_wall(q):
                 continue
             nb = boxes
             if q in boxes:
                 beyond = (q[0] + dr, q[1] + dc)
-                if not free(beyond) or beyond in boxes:
+                if level.is_wall(beyond) or beyond in boxes:
                     continue
                 nb = tuple(sorted(beyond if b == q else b for b in boxes))
             s = (q, nb)

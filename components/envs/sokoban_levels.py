@@ -62,22 +62,16 @@ class Level:
 
     def render(self) -> str:
         targets, boxes = set(self.targets), set(self.boxes)
-        rows = []
-        for r in range(self.height):
-            row = []
-            for c in range(self.width):
-                cell = (r, c)
-                if cell in self.walls:
-                    ch = WALL
-                elif cell in boxes:
-                    ch = BOX_ON_TARGET if cell in targets else BOX
-                elif cell == self.player:
-                    ch = PLAYER_ON_TARGET if cell in targets else PLAYER
-                else:
-                    ch = TARGET if cell in targets else FLOOR
-                row.append(ch)
-            rows.append(" ".join(row))
-        return "\n".join(rows)
+
+        def symbol(cell: Cell) -> str:
+            if cell in self.walls:
+                return WALL
+            if cell in boxes:
+                return BOX_ON_TARGET if cell in targets else BOX
+            if cell == self.player:
+                return PLAYER_ON_TARGET if cell in targets else PLAYER
+            return TARGET if cell in targets else FLOOR
+        return "\n".join(" ".join(symbol((r, c)) for c in range(self.width)) for r in range(self.height))
 
 
 def push(level: Level, move: str) -> tuple[Level, bool]:

@@ -62,21 +62,19 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Sequence
 
+from components.reward.extract import extract_answer, extract_boxed
+from components.reward.pool import GraderError, Worker, Zygote
+
 __all__ = ["Grade", "Grader", "GraderError", "extract_answer", "extract_boxed", "grade_responses", "REASONS"]
 
 REASONS = ("correct", "no_answer", "unparsable", "wrong", "timeout", "error")
+
 
 @dataclass(frozen=True)
 class Grade:
     score: float
     reason: str
     extracted: str | None
-
-
-# ------------------------------------------------------------------ processes: pool.py, zygote.py, worker.py
-from components.reward.extract import extract_answer, extract_boxed  # noqa: E402,F401
-from components.reward.pool import GraderError, Worker, Zygote  # noqa: E402
-from components.reward.worker import _grade_pair, _is_expr, _parse, _worker_main  # noqa: E402,F401
 
 
 # Share of a batch's worker-graded answers that may end in "error" (a worker crash) before the

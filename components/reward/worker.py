@@ -155,4 +155,3 @@ def _limit_memory(memory_mb: int | None) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (int(memory_mb) << 20, int(memory_mb) << 20))
     except Exception:
         pass
-

@@ -12,8 +12,7 @@ from components.data.schema import DataError
 def set_threads(n: int | None) -> None:
     import torch
 
-    n = n or min(2, os.cpu_count() or 1)
-    torch.set_num_threads(n)
+    torch.set_num_threads(n or min(2, os.cpu_count() or 1))
 
 
 def load_model(model_dir: Path, device: str = "cpu", dtype: str = "auto"):

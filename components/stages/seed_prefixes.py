@@ -38,5 +38,3 @@ def run(params: Params, ctx: StageContext) -> dict:
     from components.stages.task_parts import data_stages
 
     return data_stages(params.task).seed_prefixes(params, ctx)
-
-

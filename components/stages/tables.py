@@ -115,16 +115,15 @@ def run(params: Params, ctx: StageContext) -> dict:
            "share of responses cut off by the response budget at evaluation / in training rollouts.\n")
     if tokens is not None:
         md += "\n" + to_markdown(tokens, "Tokens at matched update counts")
-    reasons = _grading_reasons(samples) if samples else None
-    if reasons is not None:
+    out: dict = {"rows": df.to_dict("records")}
+    if samples:
+        reasons = _grading_reasons(samples)
         reasons.to_csv(ctx.out_dir / "grading_reasons.csv", index=False)
         md += "\n" + to_markdown(reasons, "Grading reasons: share of evaluation samples")
+        out["grading_reasons"] = reasons.to_dict("records")
     (ctx.out_dir / "tables.md").write_text(md)
     df.to_csv(ctx.out_dir / "tables.csv", index=False)
     plots = [accuracy_bars(df, ctx.out_dir / "accuracy.png")]
-    out: dict = {"rows": df.to_dict("records")}
-    if reasons is not None:
-        out["grading_reasons"] = reasons.to_dict("records")
     if runs:
         plots.append(training_curves(runs, ctx.out_dir / "curves.png"))
         plots.append(tokens_per_update_plot(runs, ctx.out_dir / "tokens_per_update.png"))

@@ -47,11 +47,6 @@ class SweepError(ValueError):
     """A sweep file is unusable; ``str(err)`` is one line naming file and field."""
 
 
-def known_methods(task: str | None = None) -> tuple[str, ...]:
-    """The methods that apply to ``task`` (``stages.train.task``; none = math): names only, no torch."""
-    return tuple(registry.available(task or "math"))
-
-
 def slug(text: str) -> str:
     """'Qwen/Qwen2.5-7B-Instruct' -> 'qwen2.5-7b-instruct'; used in grid keys."""
     base = text.rstrip("/").split("/")[-1] or text

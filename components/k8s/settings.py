@@ -145,8 +145,7 @@ class KubernetesSettings(Strict):
     def _merge_defaults(cls, v: Any) -> Any:
         # A sweep names only what it changes ({train: {gpus: 4}}); every GPU stage ends
         # up with a full PodResources so the DAG never has to know the defaults.
-        if v is None:
-            v = {}
+        v = {} if v is None else v
         if not isinstance(v, dict):
             return v  # pydantic reports the type error
         unknown = [k for k in v if k not in GPU_STAGES]

@@ -29,7 +29,7 @@ from typing import Optional
 import typer
 
 from components import lineage, receipts, stage_graph
-from components.job_cli import run_stage_cmd, train_verl_cmd
+from components.job_cli import _die, run_stage_cmd, train_verl_cmd
 from components.sweep import SweepError, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,11 +42,6 @@ def _progress_to_console() -> None:
     # stage progress lines go to this terminal, not through Airflow's log handlers
     from components import progress
     progress.to_console()
-
-
-def _die(msg: str, code: int = 2) -> None:
-    typer.echo(" ".join(msg.split()), err=True)
-    raise typer.Exit(code)
 
 
 def airflow_env() -> dict[str, str]:
@@ -299,14 +294,14 @@ def _use_running_mlflow_server() -> str | None:
     cfg = services_config.load_config(services_config.services_dir())
     if cfg is None:
         return None
+    url = services_config.mlflow_url(cfg)
     try:
-        ok = httpx.get(services_config.mlflow_url(cfg) + "/health", timeout=3).status_code == 200
+        if httpx.get(url + "/health", timeout=3).status_code != 200:
+            return None
     except httpx.HTTPError:
-        ok = False
-    if not ok:
         return None
-    os.environ["MLFLOW_TRACKING_URI"] = services_config.mlflow_url(cfg)
-    return services_config.mlflow_url(cfg)
+    os.environ["MLFLOW_TRACKING_URI"] = url
+    return url
 
 
 @app.command()

@@ -365,18 +365,10 @@ def _upstream_runs(resolved: dict[str, tuple[Path, dict]]) -> dict[str, dict]:
 
 
 def log_outputs_record(run_id: str, rec: dict) -> None:
-    """A spooled ``outputs`` record (``MlflowTracker.close``) sent to its run."""
-    _log_outputs(MlflowTracker(run_id), rec["stage"], Path(rec["final"]), rec["ident"], rec["sweep"], rec["key"],
-                 rec["summary"], rec["upstream"])
-
-
-tracking_spool.SENDERS["outputs"] = log_outputs_record
-
-
-def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sweep: str, key: str,
-                 summary: dict, upstream: dict[str, dict]) -> None:
-    """Small files as artifacts, CSVs also as MLflow tables, a policy's weights (and, for a
-    trained one, a registered model version); an evaluation's numbers also on its policy's run."""
+    """A spooled ``outputs`` record (``MlflowTracker.close``) sent to its run: small files as
+    artifacts, CSVs also as MLflow tables, a policy's weights (and, for a trained one, a
+    registered model version); an evaluation's numbers also on its policy's run."""
+    tracker, name, final, ident = MlflowTracker(run_id), rec["stage"], Path(rec["final"]), rec["ident"]
     weights = tracking.WEIGHTS_DIR.get(name)
     for p in sorted(final.rglob("*")):
         if weights and p.relative_to(final).parts[0] == weights and (final / weights).is_dir():
@@ -387,8 +379,10 @@ def _log_outputs(tracker: MlflowTracker, name: str, final: Path, ident: dict, sw
     tracking.log_tables(tracker.run_id, final, SMALL_ARTIFACT_BYTES)
     source = tracking.log_weights(tracker, name, final)
     if name == "train" and source:
-        tracking.register_policy(tracker.run_id, sweep, ident, source, key)
-    policy = upstream.get("model", {})
-    if name == "evaluate" and policy.get("run_id") and "mean_at_k" in summary:
-        tracking.copy_evaluation(policy["run_id"], tracker.run_id, ident, summary)
+        tracking.register_policy(tracker.run_id, rec["sweep"], ident, source, rec["key"])
+    policy = rec["upstream"].get("model", {})
+    if name == "evaluate" and policy.get("run_id") and "mean_at_k" in rec["summary"]:
+        tracking.copy_evaluation(policy["run_id"], tracker.run_id, ident, rec["summary"])
 
+
+tracking_spool.SENDERS["outputs"] = log_outputs_record

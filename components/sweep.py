@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from components import preregistration
 from components.budget import DEFAULT_RESPONSE_TOKENS
 from components.error_text import FieldError, one_line, validation_problem
-from components.k8s.settings import KubernetesSettings
+from components.k8s.settings import KubernetesSettings, Strict
 from components.methods import registry
 from components.preregistration import Preregistration
 
@@ -48,11 +47,6 @@ class SweepError(ValueError):
     """A sweep file is unusable; ``str(err)`` is one line naming file and field."""
 
 
-def known_methods(task: str | None = None) -> tuple[str, ...]:
-    """The methods that apply to ``task`` (``stages.train.task``; none = math): names only, no torch."""
-    return tuple(registry.available(task or "math"))
-
-
 def slug(text: str) -> str:
     """'Qwen/Qwen2.5-7B-Instruct' -> 'qwen2.5-7b-instruct'; used in grid keys."""
     base = text.rstrip("/").split("/")[-1] or text
@@ -60,11 +54,7 @@ def slug(text: str) -> str:
     return s or "model"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class StagesConfig(_Strict):
+class StagesConfig(Strict):
     """Per-stage params as plain dicts; each is validated against the stage's own
     Params model by ``lineage.run_stage`` (the stage modules are too heavy to import
     at DAG-parse time)."""
@@ -86,7 +76,7 @@ def _no_duplicates(values: list, what: str) -> list:
     return values
 
 
-class Sweep(_Strict):
+class Sweep(Strict):
     name: str
     description: str = ""
     executor: Literal["local", "kubernetes"] = "local"

@@ -11,15 +11,11 @@ import os
 from pathlib import Path
 
 from components.artifacts import tracking_uri
+from components.tracking_spool import client
 
 # Stages whose output holds a policy under ``model/`` (a hub model's pretrain writes none).
 WEIGHTS_DIR = {"train": "model", "pretrain": "model"}
 WEIGHTS_MAX_MB_ENV = "RLVR_MLFLOW_WEIGHTS_MAX_MB"   # larger weights stay in the artifact store only
-
-
-def client():
-    from components.tracking_spool import client as tracking_client
-    return tracking_client()
 
 
 @contextlib.contextmanager

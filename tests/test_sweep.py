@@ -103,7 +103,6 @@ def test_missing_file(tmp_path):
 def test_methods_come_from_the_registry(tmp_path, monkeypatch):
     from components.methods import registry
 
-    assert sw.known_methods() == tuple(registry.available("math"))
     mine = BASE.replace("[grpo, vsr]", "[grpo, mine]").replace("  vsr: {rho", "  mine: {rho")
     assert "unknown method 'mine'" in err(tmp_path, mine)
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))

@@ -64,11 +64,12 @@ def quantity(text: str) -> float:
     return float(m.group(1)) * _SUFFIX[m.group(2)]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A block of the sweep file: an unknown key is an error, not ignored."""
     model_config = ConfigDict(extra="forbid")
 
 
-class PodResources(_Strict):
+class PodResources(Strict):
     gpus: int = Field(ge=0, le=64)          # nvidia.com/gpu, request = limit
     cpu: str                                # request
     memory: str                             # request
@@ -102,7 +103,7 @@ class PodResources(_Strict):
         return {**out, "nvidia.com/gpu": str(self.gpus)} if self.gpus else out
 
 
-class KubernetesSettings(_Strict):
+class KubernetesSettings(Strict):
     namespace: str = "rlvr"
     image: str = "ghcr.io/rlvr-sweeps/trainer:0.1.0"
     # Relative paths are taken from the repository root: /app inside the pipeline image,
@@ -144,8 +145,7 @@ class KubernetesSettings(_Strict):
     def _merge_defaults(cls, v: Any) -> Any:
         # A sweep names only what it changes ({train: {gpus: 4}}); every GPU stage ends
         # up with a full PodResources so the DAG never has to know the defaults.
-        if v is None:
-            v = {}
+        v = {} if v is None else v
         if not isinstance(v, dict):
             return v  # pydantic reports the type error
         unknown = [k for k in v if k not in GPU_STAGES]

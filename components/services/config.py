@@ -50,16 +50,9 @@ def make_config(sd: Path, db: str | None, ports: dict[str, int | None], parallel
         "fernet_key": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "key": hashlib.sha256(str(sd.resolve()).encode()).hexdigest()[:12], **DEFAULT_PORTS,
         "db": None, "parallelism": None}
-    for k, v in ports.items():
-        if v is not None:
-            cfg[k] = int(v)
-    if db is not None:
-        cfg["db"] = db
-    if cfg["db"] is None:
-        cfg["db"] = "postgres" if postgres.available() else "sqlite"
-    if parallelism is not None:
-        cfg["parallelism"] = parallelism
-    cfg["parallelism"] = max(1, cfg["parallelism"] or cores())
+    cfg.update({k: int(v) for k, v in ports.items() if v is not None})
+    cfg["db"] = db or cfg["db"] or ("postgres" if postgres.available() else "sqlite")
+    cfg["parallelism"] = max(1, (cfg["parallelism"] if parallelism is None else parallelism) or cores())
     sd.mkdir(parents=True, exist_ok=True)
     f = sd / "config.json"
     f.write_text(json.dumps(cfg, indent=1, sort_keys=True))

@@ -22,9 +22,7 @@ def pid_file(services: Path) -> Path:
 
 def read_pids(services: Path) -> dict[str, dict]:
     f = pid_file(services)
-    if not f.exists():
-        return {}
-    return json.loads(f.read_text())
+    return json.loads(f.read_text()) if f.exists() else {}
 
 
 def _write_pids(services: Path, pids: dict[str, dict]) -> None:

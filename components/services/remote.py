@@ -93,11 +93,10 @@ class Airflow:
         self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", params={"update_mask": "note"},
                   json={"note": note[:1000]})
 
-    def clear(self, dag_id: str, run_id: str, task: str, map_index: int | None = None,
-              downstream: bool = True) -> list[dict]:
-        """What "Clear" on a task instance in the UI does: it and (by default) its downstream."""
+    def clear(self, dag_id: str, run_id: str, task: str, map_index: int | None = None) -> list[dict]:
+        """What "Clear" on a task instance in the UI does: it and its downstream."""
         ids = [[task, map_index]] if map_index is not None and map_index >= 0 else [task]
-        body = {"dag_run_id": run_id, "task_ids": ids, "include_downstream": downstream, "include_upstream": False,
+        body = {"dag_run_id": run_id, "task_ids": ids, "include_downstream": True, "include_upstream": False,
                 "only_failed": False, "dry_run": False, "reset_dag_runs": True}
         return self.call("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]
 

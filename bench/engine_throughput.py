@@ -6,9 +6,10 @@ Engines (``--engines``, comma-separated, in order):
   engine          the embedded transformers engine (components/engine/hf.py): one prefill per
                   prompt, its KV cache shared by the n samples, finished rows dropped, requests
                   bucketed by context length, grouped-query attention without KV copies,
-                  linear layers on oneDNN with packed weights
-  engine-before   the same engine with one padded batch and the model's own (sdpa) attention
-                  and linear layers (MKL's sgemm on the CPU):
+                  linear layers on oneDNN with packed weights, decode steps as direct tensor
+                  operations (components/engine/decode.py)
+  engine-before   the same engine with one padded batch and the model's own (sdpa) attention,
+                  linear layers (MKL's sgemm on the CPU) and forward:
                   what bucketing, the engine's attention and its linears are measured against
   vllm            vLLM's engine (components/engine/vllm.py; the CPU build in .venv-scale)
 
@@ -60,8 +61,8 @@ import torch
 
 from components.engine.base import Request, SamplingParams, TokenMeter
 
-# the engine before bucketing, its attention and its oneDNN linears (components/engine/hf.py)
-BEFORE = {"attention": "model", "bucket": False, "linear": "model"}
+# the engine before bucketing, its attention, its oneDNN linears and its decode step (components/engine/hf.py)
+BEFORE = {"attention": "model", "bucket": False, "decode": "model", "linear": "model"}
 
 
 def profile_engines(model, tok, ctxs, args) -> None:
@@ -379,7 +380,7 @@ def run(args) -> None:
     if args.markdown:
         label = {"model.generate": f"`model.generate` ({dtype}, {device})",
                  "engine": f"embedded transformers engine ({dtype}, {device})",
-                 "engine-before": f"embedded engine, one padded batch, sdpa attention, F.linear ({dtype}, {device})",
+                 "engine-before": f"embedded engine, one padded batch, sdpa attention, F.linear, model forward ({dtype}, {device})",
                  "vllm": f"vLLM CPU ({args.vllm_dtype}; start-up {startup}, not in the rates)"}
         print("\n| engine | generated tokens/s (runs) | process CPU s / wall s |\n|---|---|---|")
         for name, r in rates.items():

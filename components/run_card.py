@@ -116,9 +116,36 @@ def git_commit() -> str | None:
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
+# the instruction-set extensions that choose float32 kernels in torch (ATen's CPU capability),
+# oneDNN and MKL: the same commit on CPUs that differ in them rounds some sums differently, and
+# a sampled token that flips changes a run from there on
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu() -> str:
+    """The CPU as the float arithmetic sees it: its model name, the ISA extensions above and a
+    digest of all its feature flags (Linux's /proc/cpuinfo; elsewhere the platform's names)."""
+    import hashlib
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{platform.processor() or platform.machine()}, {platform.system()}"
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = fields.get("flags") or fields.get("Features") or ""
+    isa = " ".join(f for f in ISA_FLAGS if f in flags.split()) or "no avx2"
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:8]
+    return f"{fields.get('model name') or platform.machine()}, {isa}, flags {digest}"
+
+
 def source_tags(entry: str) -> dict[str, str]:
-    """MLflow's own source tags: the commit and what ran the stage."""
-    out = {"mlflow.source.name": entry, "mlflow.source.type": "JOB"}
+    """MLflow's own source tags (the commit and what ran the stage) and the CPU it ran on."""
+    out = {"mlflow.source.name": entry, "mlflow.source.type": "JOB", "rlvr.cpu": cpu()}
     if commit := git_commit():
         out["mlflow.source.git.commit"] = commit
     return out

@@ -138,11 +138,13 @@ def sweep_tables(name: str) -> str:
 
 
 def provenance(tags: dict[str, str]) -> str:
-    """The commit the tables run was computed at (every stage it reads is a cache entry whose
-    key holds that stage's code fingerprint, so the same commit recomputes the same inputs)."""
+    """The commit and CPU the tables run was computed at (every stage it reads is a cache entry
+    whose key holds that stage's code fingerprint, so the same commit on the same kind of CPU
+    recomputes the same inputs; another CPU rounds some sums differently)."""
+    on = f" on `{tags['rlvr.cpu']}`" if tags.get("rlvr.cpu") else ""
     if commit := tags.get("mlflow.source.git.commit"):
-        return f"computed at commit `{commit[:10]}`"
-    return f"commit not recorded (tables code fingerprint `{tags.get('rlvr.code', '')[:12]}`)"
+        return f"computed at commit `{commit[:10]}`{on}"
+    return f"commit not recorded (tables code fingerprint `{tags.get('rlvr.code', '')[:12]}`){on}"
 
 
 def _demote(md: str) -> str:

@@ -18,10 +18,12 @@ engine has its own sampling loop that
 4. sorts a call's requests by context length and runs them in buckets (``BucketCost``
    picks the cuts), so one long prompt does not pad every row of the call, and
 5. computes grouped-query attention on the cache without copying KV heads
-   (``components.engine.attention``), and
+   (``components.engine.attention``),
 6. runs the linear layers on oneDNN with weights packed once per call
    (``components.engine.linear``; a float32 model on the CPU), both for the duration of the
-   call only.
+   call only, and
+7. computes a decode step of a Llama-family model as direct tensor operations
+   (``components.engine.decode``: the same logits without transformers' per-module Python).
 
 Sampling uses a private ``torch.Generator`` seeded from ``SamplingParams.seed``: the same
 requests and seed give the same completions, and the global RNG is never touched.
@@ -37,6 +39,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from components.engine.attention import engine_attention
+from components.engine.decode import DecodeStep
 from components.engine.linear import onednn_linears
 from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
                                     check_sampling, fill_in_order, split_runs)
@@ -47,7 +50,7 @@ class HFEngine:
 
     def __init__(self, model: Any, tokenizer: Any, meter: TokenMeter | None = None,
                  max_batch_sequences: int = 512, compact_fraction: float = 0.125, bucket: bool = True,
-                 attention: str = "engine", linear: str = "engine"):
+                 attention: str = "engine", linear: str = "engine", decode: str = "engine"):
         if max_batch_sequences < 1:
             raise ValueError("max_batch_sequences must be >= 1")
         self.model = model
@@ -57,13 +60,13 @@ class HFEngine:
         # compact once this share of the live batch has finished (1 row minimum). A compaction
         # copies the cache once, about what DynamicCache's per-step torch.cat costs anyway.
         self.compact_fraction = float(compact_fraction)
-        # bucket=False / attention="model" / linear="model": one padded batch per
-        # max_batch_sequences rows, the model's own attention and linear layers (the bench's
-        # "before" profile)
-        for name, value in (("attention", attention), ("linear", linear)):
+        # bucket=False / attention="model" / linear="model" / decode="model": one padded batch
+        # per max_batch_sequences rows, the model's own attention, linear layers and forward
+        # (the bench's "before" profile)
+        for name, value in (("attention", attention), ("linear", linear), ("decode", decode)):
             if value not in ("engine", "model"):
                 raise ValueError(f"{name} must be 'engine' or 'model', got {value!r}")
-        self.bucket, self.attention, self.linear = bool(bucket), attention, linear
+        self.bucket, self.attention, self.linear, self.decode = bool(bucket), attention, linear, decode
         self.cost = BucketCost(model)
         self.eos_id = int(tokenizer.eos_token_id)
         # chat models end a turn on more than one id (generation_config.eos_token_id)
@@ -97,9 +100,10 @@ class HFEngine:
             attn = engine_attention(self.model) if self.attention == "engine" else nullcontext()
             lin = onednn_linears(self.model) if self.linear == "engine" else nullcontext()
             with torch.inference_mode(), attn, lin:
+                step = DecodeStep.of(self.model) if self.decode == "engine" else None
                 for chunk in self._chunks(requests, params.max_new_tokens):
                     contexts = [requests[ri].context_ids for ri, _ in chunk]
-                    results = self._run(contexts, [k for _, k in chunk], params, gen, device)
+                    results = self._run(contexts, [k for _, k in chunk], params, gen, device, step)
                     for (ri, _), comps in zip(chunk, results):
                         out[ri].extend(comps)
         finally:
@@ -141,8 +145,9 @@ class HFEngine:
         return [pieces[i:j] for i, j in _cheapest_cuts(len(pieces), cost)]
 
     def _run(self, contexts: list[tuple[int, ...]], ns: list[int], params: SamplingParams,
-             gen: torch.Generator, device: torch.device) -> list[list[Completion]]:
-        """Sample ``ns[i]`` continuations of ``contexts[i]`` in one batch."""
+             gen: torch.Generator, device: torch.device, step: DecodeStep | None) -> list[list[Completion]]:
+        """Sample ``ns[i]`` continuations of ``contexts[i]`` in one batch (decode steps through
+        ``step`` where the model has one, else through ``model(...)``)."""
         model, max_new = self.model, params.max_new_tokens
         stop_ids = self.stop_ids.to(device)
         if max_new == 0:
@@ -183,8 +188,11 @@ class HFEngine:
                 live = torch.ones(keep.numel(), dtype=torch.bool, device=device)
                 mask = _trim_left_padding(cache, mask)
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+            if step is not None:
+                logits = step.step(tok, mask, next_pos, cache)
+            else:
+                logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                               past_key_values=cache, use_cache=True).logits[:, -1, :]
             next_pos = next_pos + 1
 
         tokens_l, lengths_l, stopped_l = tokens.tolist(), lengths.tolist(), stopped.tolist()
@@ -366,9 +374,10 @@ class _ReservedLayer(DynamicLayer):
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        # select rows of the whole buffer, so the spare capacity survives a compaction
+        # a new buffer of the same capacity, with only the used positions of the kept rows
+        # copied (the spare capacity survives a compaction and costs no copy)
         if self._nk:
-            self._k, self._v = self._k[indices], self._v[indices]
+            self._k, self._v = _select_rows(self._k, self._nk, indices), _select_rows(self._v, self._nv, indices)
 
     @staticmethod
     def _append(buf, n, new):
@@ -380,3 +389,9 @@ class _ReservedLayer(DynamicLayer):
             buf = grown
         buf[:, :, n:n + add] = new
         return buf, n + add
+
+
+def _select_rows(buf: torch.Tensor, n: int, rows: torch.Tensor) -> torch.Tensor:
+    out = buf.new_empty((rows.numel(), *buf.shape[1:]))
+    torch.index_select(buf[:, :, :n], 0, rows, out=out[:, :, :n])
+    return out

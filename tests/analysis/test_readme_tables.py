@@ -48,6 +48,19 @@ def test_provenance_names_the_commit_or_says_it_is_missing():
     assert rt.provenance({"mlflow.source.git.commit": "4294603f6369f2a3", "rlvr.code": "ab" * 32}) == \
         "computed at commit `4294603f63`"
     assert rt.provenance({"rlvr.code": "cd" * 32}) == "commit not recorded (tables code fingerprint `cdcdcdcdcdcd`)"
+    cpu = "Intel(R) Xeon(R) Processor, avx2 avx512f, flags 0a1b2c3d"
+    assert rt.provenance({"mlflow.source.git.commit": "4294603f6369f2a3", "rlvr.cpu": cpu}) == \
+        f"computed at commit `4294603f63` on `{cpu}`"
+
+
+def test_stage_runs_record_the_cpu_they_computed_on():
+    """The CPU in a stage run's tags names its ISA extensions and a digest of every flag, so
+    two machines whose float kernels may differ carry different tags."""
+    from components import run_card
+
+    tag = run_card.source_tags("rlvr run-stage x")["rlvr.cpu"]
+    assert tag == run_card.cpu() and tag.split(", ")[-1].startswith("flags ")
+    assert len(tag.split(", flags ")[1]) == 8
 
 
 def test_only_some_blocks_keeps_the_others():

@@ -19,6 +19,8 @@ from components.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"<!-- rlvr:([\w.]+) -->\n(.*?)<!-- /rlvr:\1 ", re.S)
+# the CPU a block's header names (blocks whose tables run recorded it, `rlvr.cpu`)
+CPU = re.compile(r"computed at commit `\w+` on `([^`]+)`")
 
 # Blocks computed on an earlier version of the stages (the held-out band's prompts and the
 # base policy's evaluation differ there): a rerun on this code prints other rows. results.md
@@ -31,6 +33,8 @@ EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", 
 # machine, not with a run-to-run effect; one flipped float changes a sampled episode from then
 # on. results.md says so beside them.
 # The recency study ran on the core study's machine and store: it agrees with the core block.
+# Blocks whose headers name their CPU need no entry: two that name different CPUs are not
+# compared (the `rlvr.cpu` tag records what these pairs were found to be by hand).
 OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"}),
                  frozenset({"study_agentic_recency", "study_agentic_scoring"})}
 
@@ -64,6 +68,17 @@ def evaluation_cells(sweep_file: Path) -> dict[tuple[str, str], frozenset[str]]:
     return {k: frozenset(v) for k, v in cells.items()}
 
 
+def block_cpus() -> dict[str, str | None]:
+    return {name: (m.group(1) if (m := CPU.search(body)) else None)
+            for name, body in BLOCK.findall((ROOT / "docs" / "results.md").read_text())}
+
+
+def other_machine(a: str, b: str, cpus: dict[str, str | None]) -> bool:
+    if cpus.get(a) and cpus.get(b):
+        return cpus[a] != cpus[b]
+    return frozenset((a, b)) in OTHER_MACHINE
+
+
 def shared_rows() -> list[tuple[str, str, tuple[str, str], dict, dict]]:
     blocks = {}
     for name, body in BLOCK.findall((ROOT / "docs" / "results.md").read_text()):
@@ -86,7 +101,8 @@ def pairs():
 
 
 def test_blocks_on_this_code_agree_on_every_shared_cell(pairs):
-    current = [p for p in pairs if not {p[0], p[1]} & EARLIER_STAGES and frozenset(p[:2]) not in OTHER_MACHINE]
+    cpus = block_cpus()
+    current = [p for p in pairs if not {p[0], p[1]} & EARLIER_STAGES and not other_machine(p[0], p[1], cpus)]
     assert len({(a, b) for a, b, *_ in current}) >= 10, "too few blocks share a cell for the check to mean much"
     for a, b, row, ra, rb in current:
         differ = differing(ra, rb)
@@ -102,6 +118,14 @@ def test_the_blocks_named_as_earlier_still_differ_from_another(pairs):
     for name in sorted(EARLIER_STAGES):
         assert any(name in (a, b) and differing(ra, rb) for a, b, _, ra, rb in pairs), \
             f"{name}: no shared cell differs from another block's; remove it from EARLIER_STAGES"
+
+
+def test_a_block_header_names_its_cpu_where_recorded():
+    cpus = block_cpus()
+    assert other_machine("x", "y", {"x": "cpu A", "y": "cpu B"})
+    assert not other_machine("x", "y", {"x": "cpu A", "y": "cpu A"})
+    assert other_machine(*sorted(next(iter(OTHER_MACHINE))), {})
+    assert all(c is None or ", flags " in c for c in cpus.values())
 
 
 def test_the_pairs_named_as_other_machine_still_differ(pairs):

@@ -12,8 +12,9 @@ call) -- and nothing else, so its logits equal ``model(...)``'s bit for bit
 oneDNN picks another kernel for the wider matrix and the sums round differently.
 
 It applies to the architectures it mirrors and falls back to ``model(...)`` for anything else
-(``DecodeStep.of`` returns None): another model type, sliding-window layers, an activation or a
-rotary type handled by a module it does not call, attention other than the engine's.
+(``DecodeStep.of`` returns None): another model type, sliding-window layers, an activation
+other than SiLU, attention other than the engine's, and a model with forward hooks on any
+module (it calls each layer's ``forward`` directly, which would skip them).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class DecodeStep:
             return None
         if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ["full_attention"])):
             return None
-        if getattr(cfg, "hidden_act", None) != "silu":
+        if getattr(cfg, "hidden_act", None) != "silu" or _has_hooks(model):
             return None
         return cls(model)
 
@@ -80,6 +81,14 @@ class DecodeStep:
             mlp = layer.mlp
             h = h + mlp.down_proj.forward(torch.nn.functional.silu(mlp.gate_proj.forward(x)) * mlp.up_proj.forward(x))
         return self.lm_head.forward(_rms(self.norm, h))[:, -1, :]
+
+
+def _has_hooks(model: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as nn_module
+
+    if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
 def _rms(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

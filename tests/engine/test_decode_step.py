@@ -90,6 +90,12 @@ def test_not_used_where_it_would_not_compute_the_models_step(tok):
         finally:
             model.config.hidden_act = "silu"
     assert DecodeStep.of(model) is None          # the model's own sdpa, outside an engine call
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: o)
+    try:
+        with engine_attention(model):
+            assert DecodeStep.of(model) is None  # it would skip the hook
+    finally:
+        hook.remove()
     with pytest.raises(ValueError, match="decode"):
         HFEngine(model, tok, decode="fast")
 

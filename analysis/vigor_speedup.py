@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PAPER_DEFAULTS = {"T": 4, "gamma": 2.0, "alpha": 0.5}   # VIGOR Section 5.1 (m0 = 2 cancels in eta)
 PAPER_EMPIRICAL = "2.3x fewer rollouts to the target accuracy (Qwen2.5-3B, VIGOR Figure 1 right)"
 
 

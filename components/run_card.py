@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 CELL_TAGS = ("model", "method", "seed", "label")
 REPO = Path(__file__).resolve().parents[1]
+COMMIT_FILE = REPO / "components" / "GIT_COMMIT"
 
 
 def _slug(text: str) -> str:
@@ -106,9 +108,19 @@ def description(stage: str, version: Any, sweep: str, key: str, output: Path,
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The checkout's commit (``RLVR_GIT_COMMIT`` where there is no .git, e.g. in an image)."""
+    """The code's commit: ``RLVR_GIT_COMMIT`` (an image), else the one ``git archive`` wrote into
+    ``components/GIT_COMMIT`` (a snapshot; ``.gitattributes`` export-subst), else the checkout's
+    HEAD. A tree that is neither has none: the HEAD of a repository around it is not its code."""
     if env := os.environ.get("RLVR_GIT_COMMIT"):
         return env
+    try:
+        stamped = COMMIT_FILE.read_text(encoding="utf-8").strip()
+    except OSError:
+        stamped = ""
+    if re.fullmatch(r"[0-9a-f]{40}", stamped):
+        return stamped
+    if not (REPO / ".git").exists():
+        return None
     try:
         r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):

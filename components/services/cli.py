@@ -29,7 +29,7 @@ def up(db: Optional[str] = typer.Option(None, "--db", help="postgres (default wh
        airflow_port: Optional[int] = typer.Option(None, "--airflow-port", help="Airflow api-server / UI (8080)"),
        mlflow_port: Optional[int] = typer.Option(None, "--mlflow-port", help="MLflow tracking server (5000)"),
        pg_port: Optional[int] = typer.Option(None, "--pg-port", help="PostgreSQL on 127.0.0.1 (5433)"),
-       parallelism: Optional[int] = typer.Option(None, "--parallelism", help="tasks at once (default: cores)"),
+       parallelism: Optional[int] = typer.Option(None, "--parallelism", help="stage threads at once: the stage pool's slots (default: cores)"),
        timeout: float = typer.Option(240.0, "--timeout", help="seconds to wait for every service to be healthy"),
        ) -> None:
     """Start PostgreSQL, the MLflow server and Airflow (api-server, scheduler, dag-processor,
@@ -47,7 +47,8 @@ def up(db: Optional[str] = typer.Option(None, "--db", help="postgres (default wh
                f"MLflow:   {config.mlflow_url(cfg)}\n"
                f"Database: {cfg['db']}" + (f" on 127.0.0.1:{cfg['pg_port']} ({cfg.get('pg_data')})"
                                             if cfg["db"] == "postgres" else "") + "\n"
-               f"Executor: LocalExecutor, parallelism {cfg['parallelism']}\n"
+               f"Executor: LocalExecutor, {config.stage_slots(cfg)} stage slots + {config.BOOKKEEPING_SLOTS} for "
+               "bookkeeping tasks\n"
                f"Files:    {sd}  (logs/, pids.json; `source {sd / 'env.sh'}` for the airflow CLI)\n"
                f"Run:      rlvr sweep FILE --on-services")
 

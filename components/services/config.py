@@ -21,6 +21,11 @@ DEFAULT_PORTS = {"airflow_port": 8080, "mlflow_port": 5000, "pg_port": 5433}
 # each task process forks warm instead of importing them again (components/services/executor.py)
 EXECUTOR = "components.services.executor.WarmLocalExecutor"
 POOL = "rlvr_stages"
+# executor workers (and default-pool slots) beyond the stage pool, for the bookkeeping tasks
+# (start/end of a sweep run, the plan tasks): they run beside the stages. Without them such a
+# task waits in the executor's queue behind the stages, and Airflow fails a task queued longer
+# than [scheduler] task_queued_timeout (a try spent, the run failed after its retries).
+BOOKKEEPING_SLOTS = 2
 
 
 def services_dir(home: Path | None = None) -> Path:
@@ -34,6 +39,12 @@ def cores() -> int:
 def stage_threads() -> int:
     """Threads one compute stage uses (components/stages/common.py's set_threads default)."""
     return min(2, cores())
+
+
+def stage_slots(cfg: dict) -> int:
+    """Slots of the stage pool: ``parallelism`` cores' worth of stage threads (at least one
+    stage's default threads, so that a stage can run at all)."""
+    return max(cfg["parallelism"], stage_threads())
 
 
 def load_config(sd: Path) -> dict | None:
@@ -79,7 +90,6 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
     """The environment of every service (and, through the scheduler, of every task)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLVR_"))}
     af_db, _ = db_urls(sd, cfg)
-    par = cfg["parallelism"]
     threads = str(stage_threads())
     url = airflow_url(cfg)
     return {**base,
@@ -99,9 +109,9 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
-            "AIRFLOW__CORE__PARALLELISM": str(par),
-            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(par),
-            "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(par),
+            "AIRFLOW__CORE__PARALLELISM": str(stage_slots(cfg) + BOOKKEEPING_SLOTS),
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(stage_slots(cfg) + BOOKKEEPING_SLOTS),
+            "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(BOOKKEEPING_SLOTS),
             "AIRFLOW__CORE__FERNET_KEY": cfg["fernet_key"],
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",   # one workstation, one user
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",

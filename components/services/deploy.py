@@ -11,10 +11,11 @@ stops), ``logs/<service>.log``, ``airflow/`` (AIRFLOW_HOME), ``mlflow/artifacts/
 
 Every service gets RLVR_HOME and MLFLOW_TRACKING_URI (the server); Airflow's task
 processes inherit them from the scheduler, so stages write the same store and track to
-the same server. The executor's parallelism is the number of cores (``--parallelism``),
-and the compute stages share the pool ``rlvr_stages`` of <cores> slots, each taking as many
-slots as it uses threads (2): stage tasks never oversubscribe the CPU, while the small
-bookkeeping tasks run beside them.
+the same server. The compute stages share the pool ``rlvr_stages`` of ``--parallelism``
+(default: cores) slots, each taking as many slots as it uses threads (2 unless the sweep sets
+``threads``), so stage tasks never oversubscribe the CPU; the executor has
+``BOOKKEEPING_SLOTS`` more workers, the size of the default pool, so the small bookkeeping
+tasks run beside them.
 """
 from __future__ import annotations
 
@@ -28,24 +29,29 @@ from pathlib import Path
 
 from components.services import postgres
 from components.services import procs
-from components.services.config import (POOL, airflow_url, cores, db_urls, env, load_config, make_config,
-                                        mlflow_url, port_free, services_dir, stage_threads, write_env_sh)
+from components.services.config import (BOOKKEEPING_SLOTS, POOL, airflow_url, db_urls, env, load_config,
+                                        make_config, mlflow_url, port_free, services_dir, stage_slots, write_env_sh)
 from components.services.postgres import ServiceError
 
 AIRFLOW_PROCS = ("api-server", "scheduler", "dag-processor", "triggerer")
 ORDER = ("postgres", "mlflow", *AIRFLOW_PROCS)
 
 
-def ensure_pool(cfg: dict) -> None:
-    """The compute stages' pool: <cores> slots, each stage task takes stage_threads() of them."""
+def ensure_pools(cfg: dict) -> None:
+    """The compute stages' pool (``stage_slots``: a slot per core, a stage task takes as many as
+    it uses threads) and the default pool of the bookkeeping tasks; set on every ``up``, since
+    Airflow sizes its default pool only when it creates the database."""
     from components.services.remote import Airflow
     af = Airflow(airflow_url(cfg))
-    body = {"name": POOL, "slots": max(cores(), stage_threads()), "include_deferred": False,
+    body = {"name": POOL, "slots": stage_slots(cfg), "include_deferred": False,
             "description": "rlvr compute stages: one slot per core, a stage takes as many as it uses threads"}
     if af.call("GET", f"/pools/{POOL}", ok404=True) is None:
         af.call("POST", "/pools", json=body)
     else:
         af.call("PATCH", f"/pools/{POOL}", json=body)
+    # Airflow lets only the slots of its default pool change
+    af.call("PATCH", "/pools/default_pool", params={"update_mask": "slots"},
+            json={"name": "default_pool", "slots": BOOKKEEPING_SLOTS})
 
 
 # ---------------------------------------------------------------- up / down / status
@@ -123,7 +129,7 @@ def _start(sd: Path, cfg: dict, names: list[str], timeout: float, log) -> None:
             _start_one(sd, cfg, e, name, log)
             started.append(name)
         _wait_healthy(sd, cfg, timeout)
-        ensure_pool(cfg)
+        ensure_pools(cfg)
     except BaseException:
         for name in reversed(started):
             procs.stop(sd, name, grace=10)

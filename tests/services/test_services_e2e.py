@@ -116,6 +116,20 @@ def test_status_reports_every_service_healthy(deployment):
     assert set(rows) == expected and all(line.rstrip().endswith(" ok") for line in rows.values()), r.stdout
 
 
+def test_bookkeeping_tasks_have_workers_beside_the_stage_pool(deployment):
+    """The stage pool takes --parallelism slots; the executor has BOOKKEEPING_SLOTS more workers,
+    the default pool's size, so a sweep's start/plan/end tasks never queue in the executor
+    behind stages (where task_queued_timeout would fail them)."""
+    cfg = deployment["cfg"]
+    af = remote.Airflow(services_config.airflow_url(cfg))
+    stage, default = af.call("GET", f"/pools/{services_config.POOL}"), af.call("GET", "/pools/default_pool")
+    extra = services_config.BOOKKEEPING_SLOTS
+    assert stage["slots"] == services_config.stage_slots(cfg) >= services_config.stage_threads()
+    assert default["slots"] == extra
+    env_sh = (deployment["sd"] / "env.sh").read_text()
+    assert f"export AIRFLOW__CORE__PARALLELISM='{stage['slots'] + extra}'" in env_sh, env_sh
+
+
 def test_sweep_on_services_then_kill_and_clear_a_train_task(deployment, tmp_path):
     dep, cfg = deployment, deployment["cfg"]
     sweep = tmp_path / "svc.yaml"

@@ -91,6 +91,7 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_", "RLVR_"))}
     af_db, _ = db_urls(sd, cfg)
     threads = str(stage_threads())
+    workers = str(stage_slots(cfg) + BOOKKEEPING_SLOTS)
     url = airflow_url(cfg)
     return {**base,
             "RLVR_HOME": str(sd.parent), "RLVR_EXTRA_SWEEPS": str(sd / "sweeps"),
@@ -109,8 +110,8 @@ def env(sd: Path, cfg: dict) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
-            "AIRFLOW__CORE__PARALLELISM": str(stage_slots(cfg) + BOOKKEEPING_SLOTS),
-            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(stage_slots(cfg) + BOOKKEEPING_SLOTS),
+            "AIRFLOW__CORE__PARALLELISM": workers,
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": workers,
             "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": str(BOOKKEEPING_SLOTS),
             "AIRFLOW__CORE__FERNET_KEY": cfg["fernet_key"],
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",   # one workstation, one user

@@ -38,8 +38,8 @@ Measures and their intervals (``analysis.stats``):
   ``val_gain`` the mean of the last third minus that of the first. Effect: method - other per
   training seed, bootstrap over seeds.
 - ``relative_gain_by_size``: (method - other) / other in mean@k per model, the smallest model's
-  minus the largest's (model sizes read from the names, "1.5b"); bootstrap over problems
-  within each model.
+  minus the largest's (model sizes read from the names, "1.5b"); hierarchical bootstrap, each
+  model's training seeds then the problems.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.paper_claims import CLAIMS, Claim
-from analysis.stats import Estimate, accuracy_matrix, paired_difference, percentile_interval, seed_bootstrap, snap
+from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, paired_difference, percentile_interval,
+                            replicate_means, seed_bootstrap, snap)
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
 __all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
@@ -274,6 +275,11 @@ def model_size(name: str) -> float:
 
 
 def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -> Verdict:
+    """(method / other - 1) on the smallest model minus the same on the largest. Each replicate
+    resamples, per model, its training seeds (a seed's two rows stay paired, as in
+    ``paired_difference``) and then the problems; problems are resampled jointly across the
+    models when both were evaluated on the same problems (what the problems share cancels), the
+    two models' seeds independently (separate training runs)."""
     from analysis.paper import result_model
     by: dict[str, tuple[list, list]] = {}
     for r in A:
@@ -288,20 +294,31 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
     except ValueError as err:
         return Verdict(c, "not tested", note=str(err))
     small, large = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
-    rng = np.random.default_rng(20261130)
+    mats = {}
+    for m in (small, large):
+        MA, seeds_a, uids = accuracy_matrix(both[m][0])
+        MR, seeds_r, _ = accuracy_matrix(both[m][1], uids)
+        if seeds_a != seeds_r:
+            return Verdict(c, "not tested", note=f"{m}: {c.method} and {c.other} have different training seeds "
+                           f"({seeds_a} vs {seeds_r})")
+        mats[m] = (MA, MR, uids)
+    rng = np.random.default_rng(RNG_SEED)
+    b = B_DEFAULT
+    shared = mats[small][2] == mats[large][2]
+    joint = rng.integers(0, len(mats[small][2]), size=(b, len(mats[small][2]))) if shared else None
 
-    def rel(model: str, boot: int) -> np.ndarray:
-        MA, _, uids = accuracy_matrix(both[model][0])
-        MR, _, _ = accuracy_matrix(both[model][1], uids)
-        a, r = MA.mean(axis=0), MR.mean(axis=0)          # per problem, over training seeds
-        idx = rng.integers(0, a.size, size=(boot, a.size))
-        return np.concatenate([[a.mean() / r.mean() - 1], a[idx].mean(1) / np.maximum(r[idx].mean(1), 1e-12) - 1])
+    def rel(model: str) -> np.ndarray:
+        MA, MR, uids = mats[model]
+        si = rng.integers(0, MA.shape[0], size=(b, MA.shape[0]))
+        pi = joint if shared else rng.integers(0, len(uids), size=(b, len(uids)))
+        a, r = replicate_means(MA, si, pi), replicate_means(MR, si, pi)
+        return np.concatenate([[MA.mean() / MR.mean() - 1], a / np.maximum(r, 1e-12) - 1])
 
-    d = rel(small, 2000) - rel(large, 2000)
+    d = rel(small) - rel(large)
     scale = float(np.abs(d).max())
     lo, hi = percentile_interval(d[1:], scale)
     e = Estimate(snap(d[0], scale), lo, hi, 0, 0)
-    seeds = min(len(both[m][i]) for m in (small, large) for i in (0, 1))
+    seeds = min(mats[m][0].shape[0] for m in (small, large))
     return Verdict(c, _decide(c, e), e.mean, e.lo, e.hi, seeds, "relative-gain difference (smaller - larger model)",
                    f"{where}: {small} vs {large}")
 

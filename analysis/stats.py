@@ -70,7 +70,8 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
     return A, [r.get("train_seed") for r in rows], uids
 
 
-def _replicates(A: np.ndarray, si: np.ndarray, pi: np.ndarray) -> np.ndarray:
+def replicate_means(A: np.ndarray, si: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """One mean per replicate k: rows ``si[k]`` (seeds) and columns ``pi[k]`` (problems) of ``A``."""
     # mean over the resampled cells = mean over resampled seeds of (mean over resampled problems)
     # per seed row, computed per replicate without materialising (b, S, P) at once
     out = np.empty(len(si))
@@ -87,7 +88,7 @@ def bootstrap_mean(A: np.ndarray, b: int = B_DEFAULT, seed: int = RNG_SEED) -> E
     rng, (S, P) = np.random.default_rng(seed), A.shape
     si, pi = rng.integers(0, S, size=(b, S)), rng.integers(0, P, size=(b, P))
     scale = float(np.abs(A).max())
-    lo, hi = percentile_interval(_replicates(A, si, pi), scale)
+    lo, hi = percentile_interval(replicate_means(A, si, pi), scale)
     return Estimate(snap(A.mean(), scale), lo, hi, A.shape[0], A.shape[1])
 
 

@@ -201,6 +201,25 @@ def test_relative_gain_is_compared_across_model_sizes():
         model_size("tiny")
 
 
+def test_relative_gain_interval_carries_the_training_seeds():
+    """Two seeds of the small model disagree (one gains, one loses): the mean gain difference is
+    positive, but with seeds resampled the interval must contain zero; a problems-only bootstrap
+    would have excluded it (each seed's effect is measured on 400 problems)."""
+    rng = np.random.default_rng(11)
+    p = rng.uniform(0.2, 0.6, size=400)
+    res = []
+    for model, gains in (("m-0.5b", (0.12, -0.08)), ("m-3b", (0.0, 0.0))):
+        for s, g in enumerate(gains):
+            res.append(result("grpo", s, accuracies(rng, p, 400), f"{model}-grpo-s{s}"))
+            res.append(result("vip", s, accuracies(rng, np.clip(p + g, 0, 1), 400), f"{model}-vip-s{s}"))
+    runs = with_estimator(runs_for("grpo", range(2), 900, {0: .1}) + runs_for("vip", range(2), 900, {0: .1}), "rloo")
+    claim = next(c for c in CLAIMS if c.id == "vip_gain_weaker_backbone")
+    v = evaluate_claim(claim, res, runs)
+    assert v.effect > 0 and v.lo < 0 < v.hi and v.verdict == "inconclusive", v
+    v = evaluate_claim(claim, [r for r in res if r["label"] != "m-3b-vip-s1"], runs)   # seeds not paired
+    assert v.verdict == "not tested" and "different training seeds" in v.note, v
+
+
 @pytest.mark.parametrize("lo, hi, direction, verdict", [
     (0.01, 0.05, "higher", "supported"),
     (-0.05, -0.01, "higher", "contradicted"),

@@ -50,8 +50,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.paper_claims import CLAIMS, Claim
-from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, paired_difference, percentile_interval,
-                            replicate_means, seed_bootstrap, snap)
+from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, paired_difference, paired_keys,
+                            percentile_interval, replicate_means, seed_bootstrap, snap)
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
 __all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
@@ -196,8 +196,11 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
             return Verdict(c, "not tested", note=f"no evaluation of both methods on {where or 'a common set'}")
         if c.kind == "relative_gain_by_size":
             return _relative_gain_by_size(c, A, R, where)
-        MA, _, uids = accuracy_matrix(A)
-        MR, _, _ = accuracy_matrix(R, uids)
+        MA, keys_a, uids = accuracy_matrix(A)
+        MR, keys_r, _ = accuracy_matrix(R, uids)
+        unpaired = paired_keys(keys_a, keys_r)
+        if unpaired:
+            return Verdict(c, "not tested", note=f"{where}: {c.method} vs {c.other}: {unpaired}")
         e = paired_difference(MA, MR)
         return _scaled_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]), "mean@k difference",
                                f"{where}, {e.problems} problems")
@@ -266,12 +269,14 @@ def _val_shape(c: Claim, runs: list) -> Verdict:
 
 
 def model_size(name: str) -> float:
-    """Billions of parameters from a model name ('qwen2.5-math-1.5b' -> 1.5); raises if absent."""
+    """Billions of parameters from a model name ('qwen2.5-math-1.5b' -> 1.5, 'smollm2-135m' ->
+    0.135); raises if absent."""
     import re
-    m = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)b(?![a-z])", name.lower())
+    m = re.findall(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)([bm])(?![a-z])", name.lower())
     if not m:
-        raise ValueError(f"no model size (e.g. '1.5b') in the model name {name!r}")
-    return float(m[-1])
+        raise ValueError(f"no model size (e.g. '1.5b', '135m') in the model name {name!r}")
+    value, unit = m[-1]
+    return float(value) / (1000.0 if unit == "m" else 1.0)
 
 
 def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -> Verdict:
@@ -296,11 +301,11 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
     small, large = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
     mats = {}
     for m in (small, large):
-        MA, seeds_a, uids = accuracy_matrix(both[m][0])
-        MR, seeds_r, _ = accuracy_matrix(both[m][1], uids)
-        if seeds_a != seeds_r:
-            return Verdict(c, "not tested", note=f"{m}: {c.method} and {c.other} have different training seeds "
-                           f"({seeds_a} vs {seeds_r})")
+        MA, keys_a, uids = accuracy_matrix(both[m][0])
+        MR, keys_r, _ = accuracy_matrix(both[m][1], uids)
+        unpaired = paired_keys(keys_a, keys_r, one_row_pairs=False)
+        if unpaired:
+            return Verdict(c, "not tested", note=f"{m}: {c.method} vs {c.other}: {unpaired}")
         mats[m] = (MA, MR, uids)
     rng = np.random.default_rng(RNG_SEED)
     b = B_DEFAULT

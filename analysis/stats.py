@@ -15,6 +15,7 @@ fixed, so a table is a function of the results.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,13 +52,19 @@ def percentile_interval(reps: np.ndarray, scale: float) -> tuple[float, float]:
 
 
 def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> tuple[np.ndarray, list, list[str]]:
-    """(seeds x problems) per-problem accuracy of one method's evaluate results, rows in
-    training-seed order; columns ``problems`` (default: the first result's problem order).
-    Raises if a result lacks ``per_problem`` or a problem (different held-out sets are not
-    comparable)."""
+    """(rows x problems) per-problem accuracy of one method's evaluate results, one row per
+    (model, training seed), rows in that order; the row keys; columns ``problems`` (default:
+    the first result's problem order). Two methods' matrices pair row by row only when their
+    keys are equal (``paired_keys``). Raises if a result lacks ``per_problem`` or a problem
+    (different held-out sets are not comparable)."""
+    from analysis.paper import result_model
     if not results:
         raise ValueError("accuracy_matrix: no results")
-    rows = sorted(results, key=lambda r: (r.get("train_seed") is None, r.get("train_seed") or 0))
+
+    def key(r: dict) -> tuple[str, Any]:
+        return result_model(r), r.get("train_seed")
+
+    rows = sorted(results, key=lambda r: (key(r)[0], r.get("train_seed") is None, r.get("train_seed") or 0))
     for r in rows:
         if "per_problem" not in r:
             raise ValueError(f"evaluate result '{r.get('label')}' has no per_problem accuracies "
@@ -67,7 +74,18 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
         A = np.array([[r["per_problem"][u] for u in uids] for r in rows], dtype=float)
     except KeyError as e:
         raise ValueError(f"evaluate results are on different problem sets (no {e.args[0]!r} in one of them)") from None
-    return A, [r.get("train_seed") for r in rows], uids
+    return A, [key(r) for r in rows], uids
+
+
+def paired_keys(keys_a: list, keys_r: list, one_row_pairs: bool = True) -> str | None:
+    """Why rows keyed ``keys_a`` and ``keys_r`` (``accuracy_matrix``) cannot be paired, or None:
+    the same (model, training seed) rows, or (``one_row_pairs``) one side with one row (the base
+    policy, paired with every seed)."""
+    if keys_a == keys_r or (one_row_pairs and 1 in (len(keys_a), len(keys_r))):
+        return None
+    only_a = sorted(set(keys_a) - set(keys_r), key=str)
+    only_r = sorted(set(keys_r) - set(keys_a), key=str)
+    return f"rows not paired by (model, training seed): only in one {only_a}, only in the other {only_r}"
 
 
 def replicate_means(A: np.ndarray, si: np.ndarray, pi: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.stats import accuracy_matrix, bootstrap_mean, paired_difference
+from analysis.stats import accuracy_matrix, bootstrap_mean, paired_difference, paired_keys
 
 ORDER = ["base", "sft", "grpo", "vsr"]
 
@@ -49,18 +49,16 @@ def accuracy_table(results: list[dict[str, Any]], tokens: pd.DataFrame | None = 
     groups = group_results(results)
     train_clip = _train_clip(runs)
     for (where, m), rs in groups.items():
-        A, seeds, uids = accuracy_matrix(rs)
+        A, keys, uids = accuracy_matrix(rs)
         est = bootstrap_mean(A)
         row = {"eval_set": where, "method": m, "seeds": len(rs), "problems": A.shape[1],
                "samples": rs[0]["samples_per_problem"], "mean@k": est.mean, "lo95": est.lo, "hi95": est.hi}
         ref = groups.get((where, reference))
         if ref is not None and m != reference:
-            R, _, _ = accuracy_matrix(ref, uids)
-            try:
+            R, ref_keys, _ = accuracy_matrix(ref, uids)
+            if paired_keys(keys, ref_keys) is None:   # else no pairing possible: say nothing
                 d = paired_difference(A, R)
                 row.update({f"diff_vs_{reference}": d.mean, "diff_lo95": d.lo, "diff_hi95": d.hi})
-            except ValueError:   # different seed counts: no pairing possible, say nothing
-                pass
         row["maj@k"] = float(np.mean([r["maj_at_k"] for r in rs]))
         for k in sorted(rs[0]["pass_at_k"], key=int):
             row[f"pass@{k}"] = float(np.mean([r["pass_at_k"][k] for r in rs]))

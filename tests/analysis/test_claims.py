@@ -130,6 +130,26 @@ def with_estimator(runs, est):
     return [({**s, "adv_estimator": est}, h) for s, h in runs]
 
 
+def test_accuracy_claim_pairs_rows_by_model_and_seed():
+    """Rows pair by (model, training seed), whatever order the results come in; seeds that do
+    not match are refused by name rather than paired by position."""
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.2, 0.6, size=200)
+    res = []
+    for model, gain in (("m-1.5b", 0.1), ("m-7b", 0.0)):
+        for s in (0, 1):
+            res.append(result("grpo", s, accuracies(rng, p, 200), f"{model}-grpo-s{s}"))
+            res.append(result("vsr", s, accuracies(rng, np.clip(p + gain, 0, 1), 200), f"{model}-vsr-s{s}"))
+    claim = next(c for c in CLAIMS if c.id == "vsr>grpo")
+    runs = runs_for("grpo", range(2), 900, {0: .1}) + runs_for("vsr", range(2), 900, {0: .1})
+    v = evaluate_claim(claim, res, runs)
+    assert v.verdict != "not tested" and abs(v.effect - 0.05) < 0.02, v   # the mean over both models' pairs
+    assert evaluate_claim(claim, res[::-1], runs).effect == v.effect       # order of the results is irrelevant
+    moved = [dict(r, train_seed=2, label="m-7b-vsr-s2") if r["label"] == "m-7b-vsr-s1" else r for r in res]
+    w = evaluate_claim(claim, moved, runs)
+    assert w.verdict == "not tested" and "('m-7b', 2)" in w.note and "('m-7b', 1)" in w.note, w
+
+
 def test_vip_claim_compares_like_with_like():
     rng = np.random.default_rng(5)
     p = rng.uniform(0.05, 0.4, size=150)
@@ -197,6 +217,7 @@ def test_relative_gain_is_compared_across_model_sizes():
     one = evaluate_claim(claim, [r for r in res if "1.5b" in r["label"]], runs)
     assert one.verdict == "not tested" and ">= 2 model sizes" in one.note
     assert model_size("meta-llama/Llama-3.2-3B-Instruct") == 3.0
+    assert model_size("HuggingFaceTB/SmolLM2-135M-Instruct") == 0.135 and model_size("tiny-0.8m") == 0.0008
     with pytest.raises(ValueError, match="no model size"):
         model_size("tiny")
 
@@ -217,7 +238,7 @@ def test_relative_gain_interval_carries_the_training_seeds():
     v = evaluate_claim(claim, res, runs)
     assert v.effect > 0 and v.lo < 0 < v.hi and v.verdict == "inconclusive", v
     v = evaluate_claim(claim, [r for r in res if r["label"] != "m-3b-vip-s1"], runs)   # seeds not paired
-    assert v.verdict == "not tested" and "different training seeds" in v.note, v
+    assert v.verdict == "not tested" and "not paired by (model, training seed)" in v.note, v
 
 
 @pytest.mark.parametrize("lo, hi, direction, verdict", [

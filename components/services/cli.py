@@ -117,15 +117,21 @@ def _follow(af: remote.Airflow, dag_id: str, run_id: str, name: str, print_table
 
 def sweep_on_services(file: Path, cfg: Sweep, rerun: bool, print_tables: Callable[[str], None],
                       timeout: Optional[float] = None) -> int:
-    """Trigger the sweep on the deployment's Airflow and follow it; the exit code."""
+    """Trigger the sweep on the deployment's Airflow and follow it; the exit code. A run of
+    the same sweep already queued or running is followed instead (``--rerun`` always triggers)."""
     sd, conf_s = _deployment()
     raw = cfg.model_dump(mode="json")
     try:
         af = remote.Airflow(config.airflow_url(conf_s))
         dag_id = remote.submit(af, sd / "sweeps", file, cfg.name, sweep_digest(cfg), 180, _log)
-        run_id = remote.trigger(af, dag_id, {"sweep": raw, "seeds": raw["seeds"], "methods": raw["methods"],
-                                             "rerun": rerun})
-        _log(f"triggered {dag_id} run {run_id}: {config.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
+        conf = {"sweep": raw, "seeds": raw["seeds"], "methods": raw["methods"], "rerun": rerun}
+        run_id = None if rerun else remote.run_in_flight(af, dag_id, conf)
+        if run_id is not None:
+            _log(f"following {dag_id} run {run_id}, in flight with this sweep already: "
+                 f"{config.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
+        else:
+            run_id = remote.trigger(af, dag_id, conf)
+            _log(f"triggered {dag_id} run {run_id}: {config.airflow_url(conf_s)}/dags/{dag_id}/runs/{run_id}")
         return _follow(af, dag_id, run_id, cfg.name, print_tables, timeout)
     except ServiceError as e:
         _die(e)

@@ -163,6 +163,18 @@ def trigger(af: Airflow, dag_id: str, conf: dict) -> str:
     return run["dag_run_id"]
 
 
+def run_in_flight(af: Airflow, dag_id: str, conf: dict) -> str | None:
+    """A queued or running run of ``dag_id`` triggered with exactly ``conf`` (the same sweep
+    snapshot and params), oldest first: re-running the command after the terminal that
+    followed it was lost follows that run instead of queueing a second copy of its work."""
+    page = af.call("GET", f"/dags/{dag_id}/dagRuns", ok404=True,
+                   params={"state": ["queued", "running"], "order_by": "id", "limit": 100})
+    for run in (page or {}).get("dag_runs", []):
+        if run.get("conf") == conf:
+            return run["dag_run_id"]
+    return None
+
+
 def follow(af: Airflow, dag_id: str, run_id: str, log: Callable[[str], None], poll: float = 2.0,
            timeout: float | None = None) -> tuple[str, list[dict]]:
     """Poll the run until it ends; print each task instance's state change once."""

@@ -15,7 +15,8 @@ sweep's MLflow run ends FINISHED. Run 3 (seeds=[2]): the MLflow server is SIGKIL
 task runs; `services status` names it down, `services up` starts it alone (every other service
 keeps its pid, the task its process), the task spools and replays its metrics, and the run
 succeeds with one row per step. Run 4 (seeds=[3]): every service SIGKILLed while a train task has
-a checkpoint, then `services up`: the run goes on, the killed cells resume from their checkpoints.
+a checkpoint (with the `rlvr sweep --on-services` following it), then `services up`: the run goes on,
+the killed cells resume from their checkpoints, and the same command follows that run again.
 """
 from __future__ import annotations
 
@@ -278,18 +279,34 @@ def test_mlflow_killed_mid_train_services_up_starts_it_alone(deployment):
         assert len(steps) == len(set(steps)) == int(_param(x, "steps")) == RUN3_STEPS, (x.info.run_name, steps)
 
 
-def test_every_service_killed_mid_train_services_up_resumes_the_run(deployment):
+def test_every_service_killed_mid_train_services_up_resumes_the_run(deployment, tmp_path):
     """The machine's loss, as far as one deployment sees it: every process of every service
     SIGKILLed (PostgreSQL and the scheduler's task processes too) while a train task has a
-    checkpoint, then `rlvr services up` at once: the run goes on by itself, the killed cells
-    run again and resume from their checkpoints, each still one MLflow run with one row per step."""
+    checkpoint, and the `rlvr sweep --on-services` that followed the run with them; then
+    `rlvr services up` at once: the run goes on by itself, the killed cells run again and resume
+    from their checkpoints, each still one MLflow run with one row per step, and the same
+    `rlvr sweep` command follows that run to its end instead of triggering a second one."""
     dep, cfg = deployment, deployment["cfg"]
     af = remote.Airflow(services_config.airflow_url(cfg))
     c, exp = _mlflow(dep)
-    run4 = remote.trigger(af, "rlvr_svc", {"seeds": [3]})
+    sweep = tmp_path / "svc.yaml"
+    raw = yaml.safe_load((dep["sd"] / "sweeps" / "svc.yaml").read_text())
+    sweep.write_text(yaml.safe_dump({**raw, "seeds": [3]}, sort_keys=False))
+    before = {r["dag_run_id"] for r in af.call("GET", "/dags/rlvr_svc/dagRuns", params={"limit": 100})["dag_runs"]}
+    cmd = dep["cli"] + ["sweep", str(sweep), "--on-services"]
+    follower = subprocess.Popen(cmd, cwd=REPO, env=dep["env"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_end, new = time.monotonic() + 300, set()
+    while not new and time.monotonic() < t_end and follower.poll() is None:
+        new = {r["dag_run_id"] for r in af.call("GET", "/dags/rlvr_svc/dagRuns", params={"limit": 100})["dag_runs"]}
+        new -= before
+        time.sleep(0.5)
+    assert len(new) == 1, (new, follower.poll())
+    [run4] = new
     victim, ckpt = _wait_for_checkpoint(af, c, exp, run4, dep["home"], timeout=600, seed="3")
     pids = json.loads((dep["sd"] / "pids.json").read_text())
     killed = [p for rec in pids.values() for p in _session(rec["pid"])]
+    follower.kill()
+    follower.wait()
     for p in killed:
         p.kill()
     r = subprocess.run(dep["cli"] + ["services", "up"], cwd=REPO, env=dep["env"], capture_output=True, text=True,
@@ -298,8 +315,12 @@ def test_every_service_killed_mid_train_services_up_resumes_the_run(deployment):
     assert "earlier scheduler job(s) no longer run" in r.stderr + r.stdout, r.stderr[-3000:]
     after = json.loads((dep["sd"] / "pids.json").read_text())
     assert set(after) == set(pids) and all(after[n]["pid"] != pids[n]["pid"] for n in pids), (pids, after)
-    state, _ = remote.follow(af, "rlvr_svc", run4, print, timeout=900)
-    assert state == "success"
+    r = subprocess.run(cmd, cwd=REPO, env=dep["env"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    assert f"following rlvr_svc run {run4}, in flight with this sweep already" in r.stderr, r.stderr[-3000:]
+    runs = af.call("GET", "/dags/rlvr_svc/dagRuns", params={"limit": 100})["dag_runs"]
+    assert {x["dag_run_id"] for x in runs} == before | {run4}, runs          # no second run triggered
+    assert af.dag_run("rlvr_svc", run4)["state"] == "success"
     tis = {(t["task_id"], t["map_index"]): t for t in af.task_instances("rlvr_svc", run4)}
     assert tis[("train", victim["map_index"])]["try_number"] == 2, tis[("train", victim["map_index"])]
     log = af.task_log("rlvr_svc", run4, "train", 2, victim["map_index"])

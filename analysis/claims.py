@@ -50,8 +50,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.paper_claims import CLAIMS, Claim
-from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, paired_difference, paired_keys,
-                            percentile_interval, replicate_means, seed_bootstrap, snap)
+from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, pair_rows, paired_difference,
+                            percentile_interval, replicate_means, run_key, seed_bootstrap, snap)
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
 __all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
@@ -130,7 +130,7 @@ def _per_step(runs, method: str, key: str) -> dict[Any, list[float]]:
         if s["method"] == method:
             vals = [float(r[key]) for r in sorted(h, key=lambda r: r["step"]) if key in r]
             if vals:
-                out[s.get("seed")] = vals
+                out[run_key(s)] = vals
     return out
 
 
@@ -198,9 +198,10 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
             return _relative_gain_by_size(c, A, R, where)
         MA, keys_a, uids = accuracy_matrix(A)
         MR, keys_r, _ = accuracy_matrix(R, uids)
-        unpaired = paired_keys(keys_a, keys_r)
-        if unpaired:
-            return Verdict(c, "not tested", note=f"{where}: {c.method} vs {c.other}: {unpaired}")
+        try:
+            MA, MR = pair_rows(MA, keys_a, MR, keys_r)
+        except ValueError as err:
+            return Verdict(c, "not tested", note=f"{where}: {c.method} vs {c.other}: {err}")
         e = paired_difference(MA, MR)
         return _scaled_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]), "mean@k difference",
                                f"{where}, {e.problems} problems")
@@ -258,7 +259,7 @@ def _val_shape(c: Claim, runs: list) -> Verdict:
         if s["method"] in per:
             early, late, _ = val_windows(h)
             if not math.isnan(early):
-                per[s["method"]][s.get("seed")] = early if c.kind == "val_early" else late - early
+                per[s["method"]][run_key(s)] = early if c.kind == "val_early" else late - early
     seeds = sorted(set(per[c.method]) & set(per[c.other]), key=str)
     if not seeds:
         return Verdict(c, "not tested", note="no training seed of both methods with >= 3 validations after step 0")
@@ -303,9 +304,12 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
     for m in (small, large):
         MA, keys_a, uids = accuracy_matrix(both[m][0])
         MR, keys_r, _ = accuracy_matrix(both[m][1], uids)
-        unpaired = paired_keys(keys_a, keys_r, one_row_pairs=False)
-        if unpaired:
-            return Verdict(c, "not tested", note=f"{m}: {c.method} vs {c.other}: {unpaired}")
+        try:
+            if any(sd is None for _, sd in keys_a + keys_r):
+                raise ValueError("a method without training seeds")
+            MA, MR = pair_rows(MA, keys_a, MR, keys_r)
+        except ValueError as err:
+            return Verdict(c, "not tested", note=f"{m}: {c.method} vs {c.other}: {err}")
         mats[m] = (MA, MR, uids)
     rng = np.random.default_rng(RNG_SEED)
     b = B_DEFAULT

@@ -83,10 +83,11 @@ def generating_runs(runs: Sequence[Run]) -> list[Run]:
 
 
 def per_seed_rollouts(runs: Sequence[Run], target: float, window: int = 3) -> dict[str, dict]:
-    """method -> {training seed: rollouts to target (NaN = not reached)}."""
+    """method -> {(model, training seed): rollouts to target (NaN = not reached)}."""
+    from analysis.stats import run_key
     out: dict[str, dict] = {}
     for s, h in generating_runs(runs):
-        out.setdefault(s["method"], {})[s.get("seed")] = rollouts_to_target(h, target, window)
+        out.setdefault(s["method"], {})[run_key(s)] = rollouts_to_target(h, target, window)
     return out
 
 

@@ -55,7 +55,7 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
     """(rows x problems) per-problem accuracy of one method's evaluate results, one row per
     (model, training seed), rows in that order; the row keys; columns ``problems`` (default:
     the first result's problem order). Two methods' matrices pair row by row only when their
-    keys are equal (``paired_keys``). Raises if a result lacks ``per_problem`` or a problem
+    keys pair (``pair_rows``). Raises if a result lacks ``per_problem`` or a problem
     (different held-out sets are not comparable)."""
     from analysis.paper import result_model
     if not results:
@@ -77,15 +77,44 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
     return A, [key(r) for r in rows], uids
 
 
-def paired_keys(keys_a: list, keys_r: list, one_row_pairs: bool = True) -> str | None:
-    """Why rows keyed ``keys_a`` and ``keys_r`` (``accuracy_matrix``) cannot be paired, or None:
-    the same (model, training seed) rows, or (``one_row_pairs``) one side with one row (the base
-    policy, paired with every seed)."""
-    if keys_a == keys_r or (one_row_pairs and 1 in (len(keys_a), len(keys_r))):
-        return None
-    only_a = sorted(set(keys_a) - set(keys_r), key=str)
-    only_r = sorted(set(keys_r) - set(keys_a), key=str)
-    return f"rows not paired by (model, training seed): only in one {only_a}, only in the other {only_r}"
+def pair_rows(A: np.ndarray, keys_a: list, R: np.ndarray, keys_r: list) -> tuple[np.ndarray, np.ndarray]:
+    """``A`` and ``R`` (``accuracy_matrix``) with their rows aligned by (model, training seed). A
+    side whose model has one row without a training seed (the base policy) pairs that row with
+    every seed of the other side's same model. Raises ValueError naming the rows that have no
+    partner."""
+    def index(keys: list) -> tuple[dict, dict]:
+        by_key = {k: i for i, k in enumerate(keys)}
+        untrained = {m: by_key[(m, None)] for m, sd in keys if sd is None and sum(k[0] == m for k in keys) == 1}
+        return by_key, untrained
+
+    ia, ua = index(keys_a)
+    ir, ur = index(keys_r)
+    if len(ua) == len(keys_a) and len(ur) == len(keys_r):     # base vs base: the same models
+        pairs = [(ia[k], ir[k]) for k in keys_a if k in ir]
+    else:
+        pairs = []
+        for k in keys_a if not ua else keys_r:
+            m = k[0]
+            if not ua:
+                j = ir.get(k, ur.get(m))
+                if j is not None:
+                    pairs.append((ia[k], j))
+            else:
+                i = ia.get(k, ua.get(m))
+                if i is not None:
+                    pairs.append((i, ir[k]))
+    used_a, used_r = {i for i, _ in pairs}, {j for _, j in pairs}
+    only_a = [keys_a[i] for i in range(len(keys_a)) if i not in used_a]
+    only_r = [keys_r[j] for j in range(len(keys_r)) if j not in used_r]
+    if only_a or only_r or not pairs:
+        raise ValueError(f"rows not paired by (model, training seed): only in one {only_a}, only in the other {only_r}")
+    return A[[i for i, _ in pairs]], R[[j for _, j in pairs]]
+
+
+def run_key(summary: dict) -> tuple:
+    """A training run's pairing key: (model, training seed). ``model`` is set by the tables
+    stage from the run's grid cell; runs of one model pair by seed alone."""
+    return summary.get("model"), summary.get("seed")
 
 
 def replicate_means(A: np.ndarray, si: np.ndarray, pi: np.ndarray) -> np.ndarray:

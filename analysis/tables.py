@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.stats import accuracy_matrix, bootstrap_mean, paired_difference, paired_keys
+from analysis.stats import accuracy_matrix, bootstrap_mean, pair_rows, paired_difference
 
 ORDER = ["base", "sft", "grpo", "vsr"]
 
@@ -56,9 +56,11 @@ def accuracy_table(results: list[dict[str, Any]], tokens: pd.DataFrame | None = 
         ref = groups.get((where, reference))
         if ref is not None and m != reference:
             R, ref_keys, _ = accuracy_matrix(ref, uids)
-            if paired_keys(keys, ref_keys) is None:   # else no pairing possible: say nothing
-                d = paired_difference(A, R)
+            try:
+                d = paired_difference(*pair_rows(A, keys, R, ref_keys))
                 row.update({f"diff_vs_{reference}": d.mean, "diff_lo95": d.lo, "diff_hi95": d.hi})
+            except ValueError:   # rows that do not pair (a seed one method lacks): no difference printed
+                pass
         row["maj@k"] = float(np.mean([r["maj_at_k"] for r in rs]))
         for k in sorted(rs[0]["pass_at_k"], key=int):
             row[f"pass@{k}"] = float(np.mean([r["pass_at_k"][k] for r in rs]))

@@ -103,7 +103,7 @@ def run(params: Params, ctx: StageContext) -> dict:
                 samples.append((results[-1], d / "samples.jsonl"))
         elif (d / "summary.json").is_file() and (d / "metrics.jsonl").is_file():
             hist = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line]
-            runs.append((read_json(d / "summary.json"), hist))
+            runs.append((_with_model(name, read_json(d / "summary.json")), hist))
         elif (d / "tokens.csv").is_file():
             tokens = pd.read_csv(d / "tokens.csv")
     if not results:
@@ -149,6 +149,15 @@ def run(params: Params, ctx: StageContext) -> dict:
     if len(verdicts) > 1:
         out["claims_by_set"] = {where: {v.claim.id: v.verdict for v in vs} for where, vs in verdicts}
     return {**out, "plots": [p.name for p in plots]}
+
+
+def _with_model(name: str, summary: dict) -> dict:
+    """The run's summary with the model of its grid cell (input ``run_<model>-<method>-s<seed>``),
+    so that runs of several models pair by (model, seed) in the claims."""
+    suffix = f"-{summary['method']}-s{summary['seed']}"
+    if not (name.startswith("run_") and name.endswith(suffix)):
+        raise ValueError(f"tables: input {name!r} does not name a grid cell run_<model>{suffix}")
+    return {**summary, "model": name[len("run_"):-len(suffix)]}
 
 
 def _analyses(params: Params, ctx: StageContext, results: list, runs: list, tokens) -> list[str]:

@@ -118,6 +118,17 @@ def test_rollouts_claim():
     assert r.verdict == "supported" and r.effect == pytest.approx(192 - 768) and "3/3" in r.note
 
 
+def test_per_update_claims_pair_runs_by_model_and_seed():
+    """Two models with the same seeds: every run counts (keyed by model and seed, not by seed
+    alone, where the second model's runs would replace the first's)."""
+    runs = []
+    for model, grpo_tok, vsr_tok in (("m-1.5b", 1000, 800), ("m-7b", 3000, 2000)):
+        for method, tok in (("grpo", grpo_tok), ("vsr", vsr_tok)):
+            runs += [({**spec, "model": model}, h) for spec, h in runs_for(method, range(2), tok, {0: .1})]
+    v = {x.claim.id: x for x in evaluate_claims([], runs)}["vsr_tokens<grpo"]
+    assert v.seeds == 4 and v.effect == pytest.approx((-200 - 1000) / 2), v
+
+
 def test_one_training_seed_never_supports_a_claim():
     rng = np.random.default_rng(4)
     p = rng.uniform(0.05, 0.4, size=150)
@@ -145,6 +156,10 @@ def test_accuracy_claim_pairs_rows_by_model_and_seed():
     v = evaluate_claim(claim, res, runs)
     assert v.verdict != "not tested" and abs(v.effect - 0.05) < 0.02, v   # the mean over both models' pairs
     assert evaluate_claim(claim, res[::-1], runs).effect == v.effect       # order of the results is irrelevant
+    base = [result("base", None, accuracies(rng, np.clip(p - g, 0, 1), 200), f"{m}-base")
+            for m, g in (("m-1.5b", 0.2), ("m-7b", 0.0))]
+    sanity = evaluate_claim(next(c for c in CLAIMS if c.id == "grpo>base"), res + base, runs)
+    assert sanity.verdict == "supported" and abs(sanity.effect - 0.1) < 0.02, sanity   # each model's own base row
     moved = [dict(r, train_seed=2, label="m-7b-vsr-s2") if r["label"] == "m-7b-vsr-s1" else r for r in res]
     w = evaluate_claim(claim, moved, runs)
     assert w.verdict == "not tested" and "('m-7b', 2)" in w.note and "('m-7b', 1)" in w.note, w

@@ -93,7 +93,7 @@ def _write_inputs(root, results, runs):
         (d / "results.json").write_text(json.dumps(r))
         inputs[d.name] = d
     for summary, h in runs:
-        d = root / f"run_{summary['method']}-s{summary['seed']}"
+        d = root / f"run_tiny-{summary['method']}-s{summary['seed']}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps(summary))
         (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in h))

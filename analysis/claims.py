@@ -51,7 +51,8 @@ import numpy as np
 
 from analysis.paper_claims import CLAIMS, Claim
 from analysis.stats import (B_DEFAULT, RNG_SEED, Estimate, accuracy_matrix, pair_rows, paired_difference,
-                            percentile_interval, replicate_means, run_key, seed_bootstrap, snap)
+                            percentile_interval, replicate_means, run_key, seed_bootstrap, snap,
+                            stratified_difference)
 
 # the data (claims, their sources and the papers' numbers) is analysis.paper_claims; re-exported
 __all__ = ["CLAIMS", "Claim", "Verdict", "VERDICTS", "SMALLER", "claims_markdown", "evaluate_claim",
@@ -122,6 +123,32 @@ def _scaled_verdict(c: Claim, e: Estimate, other_mean: float, seeds: int, units:
     if verdict == "supported" and max(sign * e.lo, sign * e.hi) < paper:
         note += f"; the interval excludes the paper's effect here ({sign * paper:+.4g}): smaller"
     return Verdict(c, verdict, e.mean, e.lo, e.hi, seeds, units, note, sign * paper)
+
+
+def _accuracy_verdict(c: Claim, A: list[dict], R: list[dict], where: str) -> Verdict:
+    """Paired accuracy difference on ``where``; with several models, the mean over models of each
+    model's paired difference (``stratified_difference``), as the papers average over models."""
+    from analysis.paper import result_model
+    models = sorted({result_model(r) for r in A} | {result_model(r) for r in R})
+    blocks = []
+    for m in models:
+        Am, Rm = [r for r in A if result_model(r) == m], [r for r in R if result_model(r) == m]
+        if not Am or not Rm:
+            return Verdict(c, "not tested", note=f"{where}: {m}: no evaluation of {c.method if not Am else c.other}")
+        MA, keys_a, uids = accuracy_matrix(Am)
+        MR, keys_r, _ = accuracy_matrix(Rm, uids)
+        try:
+            blocks.append(pair_rows(MA, keys_a, MR, keys_r))
+        except ValueError as err:
+            return Verdict(c, "not tested", note=f"{where}: {c.method} vs {c.other}: {err}")
+    seeds = max(max(MA.shape[0], MR.shape[0]) for MA, MR in blocks)
+    other_mean = float(np.mean([MR.mean() for _, MR in blocks]))
+    if len(blocks) == 1:
+        e = paired_difference(*blocks[0])
+        return _scaled_verdict(c, e, other_mean, seeds, "mean@k difference", f"{where}, {e.problems} problems")
+    e = stratified_difference(blocks)
+    return _scaled_verdict(c, e, other_mean, seeds, "mean@k difference, mean over models",
+                           f"{where}, {len(blocks)} models, {e.problems} problems")
 
 
 def _per_step(runs, method: str, key: str) -> dict[Any, list[float]]:
@@ -196,15 +223,7 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
             return Verdict(c, "not tested", note=f"no evaluation of both methods on {where or 'a common set'}")
         if c.kind == "relative_gain_by_size":
             return _relative_gain_by_size(c, A, R, where)
-        MA, keys_a, uids = accuracy_matrix(A)
-        MR, keys_r, _ = accuracy_matrix(R, uids)
-        try:
-            MA, MR = pair_rows(MA, keys_a, MR, keys_r)
-        except ValueError as err:
-            return Verdict(c, "not tested", note=f"{where}: {c.method} vs {c.other}: {err}")
-        e = paired_difference(MA, MR)
-        return _scaled_verdict(c, e, float(MR.mean()), max(MA.shape[0], MR.shape[0]), "mean@k difference",
-                               f"{where}, {e.problems} problems")
+        return _accuracy_verdict(c, A, R, where)
     if c.kind in PER_UPDATE:
         key, what = PER_UPDATE[c.kind]
         a, b = _per_step(runs, c.method, key), _per_step(runs, c.other, key)

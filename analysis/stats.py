@@ -156,6 +156,25 @@ def paired_difference(A: np.ndarray, R: np.ndarray, b: int = B_DEFAULT, seed: in
     return bootstrap_mean(A - R, b, seed)
 
 
+def stratified_difference(blocks: list[tuple[np.ndarray, np.ndarray]], b: int = B_DEFAULT,
+                          seed: int = RNG_SEED) -> Estimate:
+    """The mean over blocks (models) of each block's paired difference mean(A) - mean(R), with a
+    bootstrap that resamples each block's seeds and problems on its own (each model has its own
+    runs, and its own held-out problems): the papers' average over models, each weighted
+    equally. Rows of A and R already paired (``pair_rows``)."""
+    rng = np.random.default_rng(seed)
+    reps, point = np.zeros(b), 0.0
+    for A, R in blocks:
+        D = np.asarray(A, dtype=float) - np.asarray(R, dtype=float)
+        si, pi = rng.integers(0, D.shape[0], size=(b, D.shape[0])), rng.integers(0, D.shape[1], size=(b, D.shape[1]))
+        reps += replicate_means(D, si, pi)
+        point += D.mean()
+    reps, point = reps / len(blocks), point / len(blocks)
+    scale = float(max(np.abs(np.asarray(A, dtype=float) - np.asarray(R, dtype=float)).max() for A, R in blocks))
+    lo, hi = percentile_interval(reps, scale)
+    return Estimate(snap(point, scale), lo, hi, sum(A.shape[0] for A, _ in blocks), sum(A.shape[1] for A, _ in blocks))
+
+
 def seed_bootstrap(values, b: int = B_DEFAULT, seed: int = RNG_SEED) -> Estimate:
     """Mean of per-seed values with the percentile-bootstrap interval over seeds (one value
     per training seed: token counts, rollouts to target). One seed: the interval is the point."""

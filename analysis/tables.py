@@ -24,12 +24,15 @@ def eval_set(r: dict[str, Any]) -> str:
     return r.get("benchmark") or r.get("split") or "heldout"
 
 
-def group_results(results: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(evaluation set, method) -> that method's results (one per training seed), sorted."""
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def group_results(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """(evaluation set, model, method) -> that method's results on that model (one per training
+    seed), sorted. Each model is its own group: a held-out split is filtered by each model's
+    base policy, so two models' held-out problems differ."""
+    from analysis.paper import result_model
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in results:
-        out.setdefault((eval_set(r), r["method"]), []).append(r)
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0] != "heldout", kv[0][0], method_rank(kv[0][1]))))
+        out.setdefault((eval_set(r), result_model(r), r["method"]), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][0] != "heldout", kv[0][0], kv[0][1], method_rank(kv[0][2]))))
 
 
 def _train_clip(runs: list[tuple[dict, list]] | None) -> dict[str, float]:
@@ -48,12 +51,12 @@ def accuracy_table(results: list[dict[str, Any]], tokens: pd.DataFrame | None = 
     rows = []
     groups = group_results(results)
     train_clip = _train_clip(runs)
-    for (where, m), rs in groups.items():
+    for (where, model, m), rs in groups.items():
         A, keys, uids = accuracy_matrix(rs)
         est = bootstrap_mean(A)
-        row = {"eval_set": where, "method": m, "seeds": len(rs), "problems": A.shape[1],
+        row = {"eval_set": where, "model": model, "method": m, "seeds": len(rs), "problems": A.shape[1],
                "samples": rs[0]["samples_per_problem"], "mean@k": est.mean, "lo95": est.lo, "hi95": est.hi}
-        ref = groups.get((where, reference))
+        ref = groups.get((where, model, reference))
         if ref is not None and m != reference:
             R, ref_keys, _ = accuracy_matrix(ref, uids)
             try:
@@ -69,11 +72,13 @@ def accuracy_table(results: list[dict[str, Any]], tokens: pd.DataFrame | None = 
         row["train_clip"] = train_clip.get(m, math.nan)
         rows.append(row)
     df = pd.DataFrame(rows)
-    if df["eval_set"].nunique() == 1:
-        df = df.drop(columns="eval_set")
+    for col in ("eval_set", "model"):   # a column only where it tells rows apart
+        if df[col].nunique() == 1:
+            df = df.drop(columns=col)
     if tokens is not None and not tokens.empty:
-        cols = ["method", "updates", "generated_tokens", "prompt_tokens", "discarded_tokens", "rollouts"]
-        df = df.merge(tokens[[c for c in cols if c in tokens]], on="method", how="left")
+        on = ["model", "method"] if "model" in tokens and "model" in df else ["method"]
+        cols = on + ["updates", "generated_tokens", "prompt_tokens", "discarded_tokens", "rollouts"]
+        df = df.merge(tokens[[c for c in cols if c in tokens]], on=on, how="left")
     return df
 
 
@@ -92,7 +97,7 @@ def readable(df: pd.DataFrame, reference: str = "grpo") -> pd.DataFrame:
             for d, lo, hi in zip(df[dcol], df["diff_lo95"], df["diff_hi95"])]
         out = out.drop(columns=[dcol, "diff_lo95", "diff_hi95"])
     out = out.drop(columns=["mean@k", "lo95", "hi95"])
-    first = [c for c in ("eval_set", "method", "seeds", "problems", "samples") if c in out]
+    first = [c for c in ("eval_set", "model", "method", "seeds", "problems", "samples") if c in out]
     rest = [c for c in out.columns if c not in first]
     lead = [c for c in rest if c.startswith(("mean@k", "Δ"))]
     return out[first + lead + [c for c in rest if c not in lead]]

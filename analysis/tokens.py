@@ -18,7 +18,7 @@ def run_tokens(summary: dict[str, Any], rows: list[dict[str, Any]], updates: int
         tot[f"{p}_generated"] += r["generated_tokens"]
         tot[f"{p}_prompt"] += r["prompt_tokens"]
         tot[f"{p}_sequences"] += r["sequences"]
-    return {"method": summary["method"], "seed": summary["seed"], "updates": updates,
+    return {"model": summary.get("model"), "method": summary["method"], "seed": summary["seed"], "updates": updates,
             "generated_tokens": int(tot["train_rollout_generated"] + tot["discarded_generated"]),
             "kept_generated_tokens": int(tot["train_rollout_generated"]),
             "discarded_tokens": int(tot["discarded_generated"]),
@@ -32,11 +32,16 @@ def per_method(per_run: list[dict[str, Any]]) -> pd.DataFrame:
     if df.empty:
         return df
     num = ["generated_tokens", "kept_generated_tokens", "discarded_tokens", "prompt_tokens", "rollouts"]
-    out = df.groupby("method", sort=False)[num].mean().reset_index()
+    # one row per method, or per (model, method) when the runs name several models
+    keys = ["model", "method"] if "model" in df and df["model"].nunique(dropna=False) > 1 else ["method"]
+    groups = df.groupby(keys, sort=False, dropna=False)
+    out = groups[num].mean().reset_index()
     out["updates"] = int(df["updates"].min())
-    out["seeds"] = df.groupby("method", sort=False)["seed"].nunique().values
+    out["seeds"] = groups["seed"].nunique().values
     out["generated_per_update"] = out["generated_tokens"] / out["updates"]
     if "grpo" in set(out["method"]):
-        ref = float(out.loc[out["method"] == "grpo", "generated_tokens"].iloc[0])
-        out["generated_vs_grpo"] = out["generated_tokens"] / ref if ref else float("nan")
+        g = out[out["method"] == "grpo"]
+        ref = (out["model"].map(dict(zip(g["model"], g["generated_tokens"]))) if "model" in keys
+               else pd.Series(float(g["generated_tokens"].iloc[0]), index=out.index))
+        out["generated_vs_grpo"] = out["generated_tokens"] / ref.where(ref != 0)
     return out

@@ -72,3 +72,12 @@ def read_json(path: Path) -> Any:
     if not path.is_file():
         raise DataError(f"{path}: missing")
     return json.loads(path.read_text())
+
+
+def cell_model(input_name: str, summary: dict) -> str | None:
+    """The model of the grid cell a train output came from, read from its input name
+    ``run_<model>-<method>-s<seed>`` (stage_graph's names); None for a name of another form."""
+    suffix = f"-{summary['method']}-s{summary['seed']}"
+    if input_name.startswith("run_") and input_name.endswith(suffix) and len(input_name) > 4 + len(suffix):
+        return input_name[len("run_"):-len(suffix)]
+    return None

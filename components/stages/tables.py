@@ -152,12 +152,14 @@ def run(params: Params, ctx: StageContext) -> dict:
 
 
 def _with_model(name: str, summary: dict) -> dict:
-    """The run's summary with the model of its grid cell (input ``run_<model>-<method>-s<seed>``),
-    so that runs of several models pair by (model, seed) in the claims."""
-    suffix = f"-{summary['method']}-s{summary['seed']}"
-    if not (name.startswith("run_") and name.endswith(suffix)):
-        raise ValueError(f"tables: input {name!r} does not name a grid cell run_<model>{suffix}")
-    return {**summary, "model": name[len("run_"):-len(suffix)]}
+    """The run's summary with the model of its grid cell, so that runs of several models pair by
+    (model, seed) in the claims."""
+    from components.stages.common import cell_model
+    model = cell_model(name, summary)
+    if model is None:
+        raise ValueError(f"tables: input {name!r} does not name a grid cell "
+                         f"run_<model>-{summary['method']}-s{summary['seed']}")
+    return {**summary, "model": model}
 
 
 def _analyses(params: Params, ctx: StageContext, results: list, runs: list, tokens) -> list[str]:

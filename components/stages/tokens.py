@@ -1,7 +1,8 @@
 """tokens: generated and prompt tokens per method at matched update counts.
 
-Inputs: every ``train`` output of the sweep (any input name). The update count is the
-smallest ``steps`` among the runs unless ``updates`` is given; every run is cut there.
+Inputs: every ``train`` output of the sweep (any input name; ``run_<model>-<method>-s<seed>``
+names the model, and a sweep of several models gets a row per model and method). The update
+count is the smallest ``steps`` among the runs unless ``updates`` is given; every run is cut there.
 """
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ class Params(StageParams):
 
 def run(params: Params, ctx: StageContext) -> dict:
     from analysis.tokens import per_method, run_tokens
-    from components.stages.common import read_json
+    from components.stages.common import cell_model, read_json
 
     runs = []
     for name, d in sorted(ctx.inputs.items()):
         if (d / "summary.json").is_file():
-            runs.append((read_json(d / "summary.json"), read_json(d / "tokens.json")))
+            summary = read_json(d / "summary.json")
+            runs.append(({**summary, "model": cell_model(name, summary)}, read_json(d / "tokens.json")))
     if not runs:
         raise ValueError(f"tokens: no train outputs among the inputs ({sorted(ctx.inputs)})")
     updates = params.updates or min(s["steps"] for s, _ in runs)
@@ -36,6 +38,7 @@ def run(params: Params, ctx: StageContext) -> dict:
     import json
     (ctx.out_dir / "per_run.json").write_text(json.dumps(per_run, indent=2))
     for r in df.to_dict("records"):
-        ctx.tracker.log_metrics({f"tokens/{r['method']}/generated": r["generated_tokens"],
-                                 f"tokens/{r['method']}/prompt": r["prompt_tokens"]})
+        who = f"{r['model']}/{r['method']}" if "model" in r else r["method"]
+        ctx.tracker.log_metrics({f"tokens/{who}/generated": r["generated_tokens"],
+                                 f"tokens/{who}/prompt": r["prompt_tokens"]})
     return {"updates": updates, "methods": df["method"].tolist()}

@@ -205,3 +205,58 @@ def test_a_preregistered_sweep_prints_its_block_and_judges_its_claims_on_its_pri
         tables.run(tables.Params(reference="base", preregistration=pre), StageContext(
             out_dir=out, work_dir=tmp_path / "w", tracker=NullTracker(),
             inputs=_write_inputs(tmp_path / "in2", results[4:], [])))
+
+
+def test_tables_and_tokens_stages_with_two_models(tmp_path):
+    """A sweep of two models (the papers' tables): each model's held-out split has its own
+    problems, so every row, paired difference and token count is per (model, method); a claim is
+    the mean over models of each model's paired difference, runs pairing by (model, seed)."""
+    from components.stages import tokens as tokens_stage
+
+    def res(label, method, seed, prefix, mean, bench=None):
+        per = {f"{prefix}{i}": float(min(1.0, mean + 0.01 * (i % 5))) for i in range(40)}
+        return {"label": label, "method": method, "train_seed": seed, "benchmark": bench,
+                "split": None if bench else "heldout", "problems": 40, "samples_per_problem": 4, "mean_at_k": mean,
+                "maj_at_k": mean, "pass_at_k": {"1": mean}, "per_problem": per, "clip_ratio": 0.0}
+
+    results, runs = [], {}
+    for model, prefix, base, tok in (("a-1.5b", "a", 0.2, 100), ("b-7b", "b", 0.4, 300)):
+        results += [res(f"{model}-base", "base", None, prefix, base),
+                    res(f"{model}-base@math500", "base", None, "m", base, "math500")]
+        for seed in (0, 1):
+            for method, gain, share in (("grpo", 0.1, 1.0), ("vsr", 0.15 if model == "a-1.5b" else 0.11, 0.5)):
+                results += [res(f"{model}-{method}-s{seed}", method, seed, prefix, base + gain),
+                            res(f"{model}-{method}-s{seed}@math500", method, seed, "m", base + gain, "math500")]
+                d = tmp_path / "in" / f"run_{model}-{method}-s{seed}"
+                d.mkdir(parents=True)
+                (d / "summary.json").write_text(json.dumps({"method": method, "seed": seed, "steps": 4}))
+                (d / "metrics.jsonl").write_text("".join(json.dumps(
+                    {"step": i, "rollouts": 8.0, "tokens/generated": tok * share, "val/accuracy": 0.1 * i}) + "\n"
+                    for i in range(5)))
+                (d / "tokens.json").write_text(json.dumps([{"step": i, "purpose": "train_rollout", "prompt_tokens": 10,
+                                                            "generated_tokens": tok * share, "sequences": 8}
+                                                           for i in range(4)]))
+                runs[d.name] = d
+    inputs = _write_inputs(tmp_path / "ev", results, [])
+    tok_out = tmp_path / "tok"
+    tok_out.mkdir()
+    tokens_stage.run(tokens_stage.Params(),
+                     StageContext(out_dir=tok_out, work_dir=tmp_path / "w1", inputs=runs, tracker=NullTracker()))
+    tok = pd.read_csv(tok_out / "tokens.csv").set_index(["model", "method"])
+    assert tok.loc[("b-7b", "grpo"), "generated_per_update"] == 300 and tok.loc[("a-1.5b", "vsr"), "generated_vs_grpo"] == 0.5
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(out_dir=out, work_dir=tmp_path / "w2", inputs={**inputs, **runs, "tokens": tok_out},
+                       tracker=NullTracker())
+    res_ = tables.run(tables.Params(), ctx)
+    df = pd.read_csv(out / "tables.csv").set_index(["eval_set", "model", "method"])
+    assert len(df) == 12 and df.loc[("heldout", "b-7b", "vsr"), "generated_tokens"] == 600
+    assert df.loc[("heldout", "a-1.5b", "vsr"), "diff_vs_grpo"] == pytest.approx(0.05)
+    assert df.loc[("heldout", "b-7b", "vsr"), "diff_vs_grpo"] == pytest.approx(0.01)
+    claims = pd.read_csv(out / "claims.csv").set_index("id")
+    assert res_["claims"]["vsr>grpo"] == "supported"
+    assert claims.loc["vsr>grpo", "effect"] == pytest.approx(0.03)                  # (0.05 + 0.01) / 2
+    assert "2 models" in claims.loc["vsr>grpo", "note"] and claims.loc["vsr>grpo", "seeds"] == 2
+    assert claims.loc["vsr_tokens<grpo", "effect"] == pytest.approx((-50 - 150) / 2)
+    assert claims.loc["vsr_tokens<grpo", "seeds"] == 4                          # both models' runs, paired

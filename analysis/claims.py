@@ -239,19 +239,20 @@ def _evaluate(c: Claim, results: list[dict], runs: list, rollouts_target: float 
     if c.kind in ("val_early", "val_gain"):
         return _val_shape(c, runs)
     if c.kind == "rollouts_to_target":
-        from analysis.rollouts import per_seed_rollouts, target_of
+        from analysis.rollouts import per_model_rollouts
         try:
-            t = target_of(runs, c.other, rollouts_target, fraction, window)
+            per, targets = per_model_rollouts(runs, c.other, rollouts_target, fraction, window)
         except ValueError as err:
             return Verdict(c, "not tested", note=str(err))
-        per = per_seed_rollouts(runs, t, window)
         a, b = per.get(c.method, {}), per.get(c.other, {})
         seeds = sorted(set(a) & set(b), key=str)
         if not seeds:
             return Verdict(c, "not tested", note="no training seed run by both methods")
         reach_a = sum(not math.isnan(a[s]) for s in seeds)
         reach_b = sum(not math.isnan(b[s]) for s in seeds)
-        note = f"target {t:.3f}; reached {c.method} {reach_a}/{len(seeds)}, {c.other} {reach_b}/{len(seeds)}"
+        target = (f"target {next(iter(targets.values())):.3f}" if len(targets) == 1 else
+                  "targets " + ", ".join(f"{m} {t:.3f}" for m, t in targets.items()))
+        note = f"{target}; reached {c.method} {reach_a}/{len(seeds)}, {c.other} {reach_b}/{len(seeds)}"
         if reach_a == 0 and reach_b > 0:
             return Verdict(c, "contradicted", seeds=len(seeds), units="rollouts difference", note=note)
         if reach_a < len(seeds) or reach_b < len(seeds):

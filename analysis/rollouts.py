@@ -82,6 +82,28 @@ def generating_runs(runs: Sequence[Run]) -> list[Run]:
     return [(s, h) for s, h in runs if any(float(r.get("rollouts", 0)) > 0 for r in h)]
 
 
+def by_model(runs: Sequence[Run]) -> dict[Any, list[Run]]:
+    """Runs grouped by their model (``summary['model']``; None when unnamed), in first-seen order:
+    each model has its own curves and so its own target."""
+    out: dict[Any, list[Run]] = {}
+    for s, h in runs:
+        out.setdefault(s.get("model"), []).append((s, h))
+    return out
+
+
+def per_model_rollouts(runs: Sequence[Run], baseline: str, target: float | None = None, fraction: float = 1.0,
+                       window: int = 3) -> tuple[dict[str, dict], dict[Any, float]]:
+    """(method -> {(model, seed): rollouts to that model's target}, model -> target): the target of
+    each model from its own baseline runs (``target_of``)."""
+    per: dict[str, dict] = {}
+    targets = {}
+    for model, rs in by_model(generating_runs(runs)).items():
+        targets[model] = target_of(rs, baseline, target, fraction, window)
+        for m, d in per_seed_rollouts(rs, targets[model], window).items():
+            per.setdefault(m, {}).update(d)
+    return per, targets
+
+
 def per_seed_rollouts(runs: Sequence[Run], target: float, window: int = 3) -> dict[str, dict]:
     """method -> {(model, training seed): rollouts to target (NaN = not reached)}."""
     from analysis.stats import run_key

@@ -240,24 +240,38 @@ def _grading_reasons(samples: list):
 
 
 def _rollouts(params: Params, runs, ctx: StageContext) -> list | None:
-    from analysis.rollouts import rollouts_plot, rollouts_table
+    """Rollouts to the target, a table and a plot per model (each model has its own target)."""
+    import pandas as pd
+
+    from analysis.rollouts import by_model, rollouts_plot, rollouts_table
     from analysis.tables import to_markdown
 
     if not any(s["method"] == params.rollouts_baseline for s, _ in runs) and params.rollouts_target is None:
         return None  # no baseline run in this sweep: no target to measure against
-    try:
-        df, target = rollouts_table(runs, params.rollouts_baseline, params.rollouts_target, params.rollouts_fraction,
-                                    params.smooth_window)
-    except ValueError:  # the baseline never validated (val_size 0)
+    groups = by_model(runs)
+    records, frames = [], []
+    for model, rs in groups.items():
+        try:
+            df, target = rollouts_table(rs, params.rollouts_baseline, params.rollouts_target,
+                                        params.rollouts_fraction, params.smooth_window)
+        except ValueError:  # the baseline never validated (val_size 0)
+            continue
+        one = len(groups) == 1
+        if not one:
+            df.insert(0, "model", model)
+        frames.append(df)
+        rollouts_plot(rs, target, ctx.out_dir / ("rollouts.png" if one else f"rollouts_{model}.png"),
+                      params.rollouts_baseline, params.smooth_window)
+        with open(ctx.out_dir / "tables.md", "a") as f:
+            f.write("\n" + to_markdown(df, f"Rollouts to validation accuracy {target:.3f}" + ("" if one else f": {model}"))
+                    + f"\nValidation curves smoothed (trailing mean of {params.smooth_window}); target: the accuracy "
+                      f"every {params.rollouts_baseline} seed reaches; rollouts_to_target: mean over seeds with a "
+                      "bootstrap interval over seeds, NaN = not reached in every seed (see `reached`).\n")
+        records += df.to_dict("records")
+    if not frames:
         return None
-    df.to_csv(ctx.out_dir / "rollouts_to_target.csv", index=False)
-    rollouts_plot(runs, target, ctx.out_dir / "rollouts.png", params.rollouts_baseline, params.smooth_window)
-    with open(ctx.out_dir / "tables.md", "a") as f:
-        f.write("\n" + to_markdown(df, f"Rollouts to validation accuracy {target:.3f}")
-                + f"\nValidation curves smoothed (trailing mean of {params.smooth_window}); target: the accuracy "
-                  f"every {params.rollouts_baseline} seed reaches; rollouts_to_target: mean over seeds with a "
-                  "bootstrap interval over seeds, NaN = not reached in every seed (see `reached`).\n")
-    return df.to_dict("records")
+    pd.concat(frames).to_csv(ctx.out_dir / "rollouts_to_target.csv", index=False)
+    return records
 
 
 def _paper_agentic(results: list, tokens, ctx: StageContext) -> int:

@@ -260,3 +260,5 @@ def test_tables_and_tokens_stages_with_two_models(tmp_path):
     assert "2 models" in claims.loc["vsr>grpo", "note"] and claims.loc["vsr>grpo", "seeds"] == 2
     assert claims.loc["vsr_tokens<grpo", "effect"] == pytest.approx((-50 - 150) / 2)
     assert claims.loc["vsr_tokens<grpo", "seeds"] == 4                          # both models' runs, paired
+    speed = pd.read_csv(out / "rollouts_to_target.csv")                         # a target per model
+    assert sorted(speed["model"].unique()) == ["a-1.5b", "b-7b"] and (out / "rollouts_b-7b.png").is_file()

@@ -9,6 +9,8 @@ A block is the text between ``<!-- rlvr:NAME -->`` and ``<!-- /rlvr:NAME sha256:
 - ``rlvr:analyses.SWEEP`` holds the papers' analyses of sweep SWEEP (``analyses.md`` of its latest
   finished ``tables`` run: ``stages.tables.analyses``), its plots copied to
   ``docs/plots/SWEEP/`` and linked relative to ``docs/`` (the block sits in a page there);
+- ``rlvr:summary.verdicts`` lists every study's verdicts on its judged set, read from the study
+  blocks (``rlvr:study_*``, pilots left out) after they are filled;
 - any other ``rlvr:SWEEP`` holds the ``tables.md`` and ``claims.md`` of sweep SWEEP's latest
   finished ``tables`` stage run in $RLVR_HOME (the files ``rlvr tables SWEEP`` prints).
 
@@ -102,6 +104,44 @@ def bad_input_fact() -> str:
 
 
 FACTS = {"facts.methods": methods_fact, "facts.bad_input": bad_input_fact}
+
+
+# ---- the verdicts of every study, read from the study blocks themselves ----
+
+VERDICTS_BLOCK = "summary.verdicts"
+JUDGED = re.compile(r"^#### Pre-registered claims on (\S+) \(the judged set\)\n", re.M)
+
+
+def verdicts_summary(texts: dict[str, str]) -> str:
+    """One row per (claim, study): the verdict each study block prints on its judged set. Pilots
+    (regime searches) are left out; every cell is copied from a generated block."""
+    from analysis.paper_claims import CLAIMS
+
+    order = {c.text: (i, c.id) for i, c in enumerate(CLAIMS)}
+    rows = []
+    for text in texts.values():
+        for name, (body, _) in bodies_of(text).items():
+            if not name.startswith("study_") or "pilot" in name:
+                continue
+            m = JUDGED.search(body)
+            if m is None:
+                continue
+            for line in body[m.end():].split("\n\n", 2)[1].splitlines()[2:]:
+                cells = [x.strip() for x in line.strip().strip("|").split("|")]
+                if len(cells) < 7 or cells[1] not in order:
+                    raise ValueError(f"block rlvr:{name}: claims row not understood: {line[:80]}")
+                rank, cid = order[cells[1]]
+                measure = f"{cells[5]} on {m.group(1)}" if cells[5].startswith("mean@k") else cells[5]
+                rows.append((rank, name, f"| `{cid}` | {cells[0]} | `{name}` | {cells[2]} | {cells[3]} | {cells[4]} "
+                                         f"| {measure} | {cells[6]} |"))
+    if not rows:
+        raise LookupError("no study block with a judged-set claims table")
+    verdicts = [r[2].split(" | ")[3].strip("*") for r in rows]
+    counts = ", ".join(f"{k}: {verdicts.count(k)}" for k in
+                       ("supported", "contradicted", "smaller than the paper's effect", "inconclusive") if k in verdicts)
+    return ("| claim | paper | study | verdict | effect [95% CI] | paper's effect here | measure | seeds |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(r[2] for r in sorted(rows)) +
+            f"\n\n{len(rows)} verdicts from {len({r[1] for r in rows})} studies: {counts}.\n")
 
 
 # ---- sweeps: blocks written from a sweep's tables run ----
@@ -199,7 +239,7 @@ def check(texts: dict[str, str], names: list[str], require_runs: bool) -> int:
     for n in names:
         where = [f for f, t in texts.items() if n in blocks(t)]
         try:
-            want, files = source(n)
+            want, files = (verdicts_summary(texts), {}) if n == VERDICTS_BLOCK else source(n)
             want = want.rstrip("\n") + "\n"
             problems += [f"{f.relative_to(REPO)}: plot of block rlvr:{n} is {'stale' if f.is_file() else 'missing'} "
                          "(rerun scripts/readme_tables.py)" for f, data in files.items()
@@ -253,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         return check(texts, names, args.require_runs)
     bodies, files = {}, {}
     for n in names:
+        if n == VERDICTS_BLOCK:   # read from the other blocks once they are filled (below)
+            continue
         try:
             bodies[n], more = source(n)
             files.update(more)
@@ -261,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{where}: block rlvr:{n}: {e}", file=sys.stderr)
             return 2
     new = {f: fill(t, bodies) for f, t in texts.items()}
+    if any(VERDICTS_BLOCK in blocks(t) for t in new.values()):
+        summary = {VERDICTS_BLOCK: verdicts_summary(new)}
+        new = {f: fill(t, summary) for f, t in new.items()}
     changed = [f for f in texts if new[f] != texts[f]]
     for f in changed:
         tmp = Path(f + ".tmp")

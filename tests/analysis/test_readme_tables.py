@@ -136,3 +136,32 @@ def test_analyses_block_copies_its_plots_and_check_finds_a_stale_one(tmp_path, m
     (out / "analysis_x.png").write_bytes(b"\x89PNG two")
     assert rt.main([str(f), "--check"]) == 1
     assert "plots/s/analysis_x.png: plot of block rlvr:analyses.s is stale" in capsys.readouterr().err
+
+
+def test_verdicts_summary_follows_the_study_blocks(tmp_path, monkeypatch, capsys):
+    """The summary's rows are the study blocks' judged-set rows (pilots left out); a summary left
+    behind fails the check; refilling a study block refreshes the summary in the same write."""
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    results = (Path(rt.REPO) / "docs" / "results.md").read_text()
+    bodies = rt.bodies_of(results)
+    f = tmp_path / "R.md"
+    f.write_text("<!-- rlvr:summary.verdicts -->\n<!-- /rlvr:summary.verdicts -->\n"
+                 + "".join(f"<!-- rlvr:{n} -->\n{bodies[n][0]}<!-- /rlvr:{n} sha256:{bodies[n][1]} -->\n"
+                           for n in ("study_vip_core", "study_pilot3")))
+    assert rt.main([str(f), "--only", "study_vip_core"]) == 2      # no tables run here: nothing written
+    summary = rt.verdicts_summary({"R.md": f.read_text()})
+    assert "`vip>base_estimator` | VIP | `study_vip_core` | **inconclusive** | +0.005226" in summary
+    assert "study_pilot3" not in summary and summary.count("\n| `") == 2    # grpo>base and the VIP claim
+    assert "2 verdicts from 1 studies: supported: 1, inconclusive: 1." in summary
+    assert rt.main([str(f), "--check"]) == 1 and "rlvr:summary.verdicts is stale" in capsys.readouterr().err
+    f.write_text(rt.fill(f.read_text(), {"summary.verdicts": summary}))
+    assert rt.main([str(f), "--check"]) == 0
+    # a study block refilled (here from a stand-in for its tables run) refreshes the summary with it
+    rerun = bodies["study_vip_core"][0].replace("| **inconclusive** | +0.005226", "| **supported** | +0.005226")
+    monkeypatch.setattr(rt, "source", lambda name: (rerun, {}))
+    assert rt.main([str(f), "--only", "study_vip_core"]) == 0
+    assert "`vip>base_estimator` | VIP | `study_vip_core` | **supported**" in f.read_text()
+    assert "2 verdicts from 1 studies: supported: 2." in f.read_text()
+    assert rt.main([str(f), "--check", "--only", "study_vip_core,summary.verdicts"]) == 0
+    with pytest.raises(ValueError, match="claims row not understood"):
+        rt.verdicts_summary({"R.md": f.read_text().replace("| VIP | VIP beats uniform", "| VIP | A renamed claim")})

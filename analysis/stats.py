@@ -80,34 +80,22 @@ def accuracy_matrix(results: list[dict], problems: list[str] | None = None) -> t
 def pair_rows(A: np.ndarray, keys_a: list, R: np.ndarray, keys_r: list) -> tuple[np.ndarray, np.ndarray]:
     """``A`` and ``R`` (``accuracy_matrix``) with their rows aligned by (model, training seed). A
     side whose model has one row without a training seed (the base policy) pairs that row with
-    every seed of the other side's same model. Raises ValueError naming the rows that have no
+    every row of the other side's same model. Raises ValueError naming the rows that have no
     partner."""
-    def index(keys: list) -> tuple[dict, dict]:
-        by_key = {k: i for i, k in enumerate(keys)}
-        untrained = {m: by_key[(m, None)] for m, sd in keys if sd is None and sum(k[0] == m for k in keys) == 1}
-        return by_key, untrained
-
-    ia, ua = index(keys_a)
-    ir, ur = index(keys_r)
-    if len(ua) == len(keys_a) and len(ur) == len(keys_r):     # base vs base: the same models
-        pairs = [(ia[k], ir[k]) for k in keys_a if k in ir]
-    else:
-        pairs = []
-        for k in keys_a if not ua else keys_r:
-            m = k[0]
-            if not ua:
-                j = ir.get(k, ur.get(m))
-                if j is not None:
-                    pairs.append((ia[k], j))
-            else:
-                i = ia.get(k, ua.get(m))
-                if i is not None:
-                    pairs.append((i, ir[k]))
-    used_a, used_r = {i for i, _ in pairs}, {j for _, j in pairs}
-    only_a = [keys_a[i] for i in range(len(keys_a)) if i not in used_a]
-    only_r = [keys_r[j] for j in range(len(keys_r)) if j not in used_r]
-    if only_a or only_r or not pairs:
-        raise ValueError(f"rows not paired by (model, training seed): only in one {only_a}, only in the other {only_r}")
+    pairs, unpaired = [], []
+    for model in dict.fromkeys(k[0] for k in keys_a + keys_r):
+        a = [i for i, k in enumerate(keys_a) if k[0] == model]
+        r = [j for j, k in enumerate(keys_r) if k[0] == model]
+        if len(a) == 1 and keys_a[a[0]][1] is None and r:
+            pairs += [(a[0], j) for j in r]
+        elif len(r) == 1 and keys_r[r[0]][1] is None and a:
+            pairs += [(i, r[0]) for i in a]
+        else:
+            in_r = {keys_r[j]: j for j in r}
+            pairs += [(i, in_r[keys_a[i]]) for i in a if keys_a[i] in in_r]
+            unpaired += sorted({keys_a[i] for i in a} ^ set(in_r), key=str)
+    if unpaired or not pairs:
+        raise ValueError(f"rows not paired by (model, training seed): {unpaired} on one side only")
     return A[[i for i, _ in pairs]], R[[j for _, j in pairs]]
 
 

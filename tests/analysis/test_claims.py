@@ -162,7 +162,7 @@ def test_accuracy_claim_pairs_rows_by_model_and_seed():
     assert sanity.verdict == "supported" and abs(sanity.effect - 0.1) < 0.02, sanity   # each model's own base row
     moved = [dict(r, train_seed=2, label="m-7b-vsr-s2") if r["label"] == "m-7b-vsr-s1" else r for r in res]
     w = evaluate_claim(claim, moved, runs)
-    assert w.verdict == "not tested" and "('m-7b', 2)" in w.note and "('m-7b', 1)" in w.note, w
+    assert w.verdict == "not tested" and "[('m-7b', 1), ('m-7b', 2)] on one side only" in w.note, w
 
 
 def test_vip_claim_compares_like_with_like():

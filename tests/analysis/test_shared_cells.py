@@ -37,15 +37,17 @@ EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", 
 # the long arm's code to the same tables, neither matching that block from the earlier machine.
 # Blocks whose headers name their CPU need no entry: two that name different CPUs are not
 # compared (the `rlvr.cpu` tag records what these pairs were found to be by hand).
-# The RL-ZVP arm names its CPU; the math studies before the tag do not. Its base policy's
-# arith_levels row differs from theirs, as the demo's tables do between this machine and the
-# one of the README block before it (the same code, two machines).
+# The RL-ZVP arm and the selection ablation (one store, one machine) name their CPU; the math
+# studies before the tag do not. Their base policy's arith_levels row differs from those
+# studies', as the demo's tables do between this machine and the one of the README block before
+# it (the same code, two machines).
 MATH_BEFORE_THE_TAG = ("study_pair", "study_sara_core", "study_sara_dps", "study_vigor_core", "study_vip_core",
                        "study_vsr", "study_vsr_core")
 OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"}),
                  frozenset({"study_agentic_recency", "study_agentic_scoring"}),
                  frozenset({"agentic_babyai_diag", "agentic_babyai_diag_long"}),
-                 *(frozenset({"study_vigor_zvp", name}) for name in MATH_BEFORE_THE_TAG)}
+                 *(frozenset({tagged, name}) for name in MATH_BEFORE_THE_TAG
+                   for tagged in ("study_vigor_zvp", "study_vigor_selection"))}
 
 
 def accuracy_rows(body: str) -> dict[tuple[str, str], dict[str, str]] | None:

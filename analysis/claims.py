@@ -324,9 +324,9 @@ def _relative_gain_by_size(c: Claim, A: list[dict], R: list[dict], where: str) -
     for m in (small, large):
         MA, keys_a, uids = accuracy_matrix(both[m][0])
         MR, keys_r, _ = accuracy_matrix(both[m][1], uids)
+        if any(sd is None for _, sd in keys_a + keys_r):
+            return Verdict(c, "not tested", note=f"{m}: {c.method} vs {c.other}: a method without training seeds")
         try:
-            if any(sd is None for _, sd in keys_a + keys_r):
-                raise ValueError("a method without training seeds")
             MA, MR = pair_rows(MA, keys_a, MR, keys_r)
         except ValueError as err:
             return Verdict(c, "not tested", note=f"{m}: {c.method} vs {c.other}: {err}")

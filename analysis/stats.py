@@ -151,16 +151,16 @@ def stratified_difference(blocks: list[tuple[np.ndarray, np.ndarray]], b: int = 
     runs, and its own held-out problems): the papers' average over models, each weighted
     equally. Rows of A and R already paired (``pair_rows``)."""
     rng = np.random.default_rng(seed)
-    reps, point = np.zeros(b), 0.0
-    for A, R in blocks:
-        D = np.asarray(A, dtype=float) - np.asarray(R, dtype=float)
+    diffs = [np.asarray(A, dtype=float) - np.asarray(R, dtype=float) for A, R in blocks]
+    reps = np.zeros(b)
+    for D in diffs:
         si, pi = rng.integers(0, D.shape[0], size=(b, D.shape[0])), rng.integers(0, D.shape[1], size=(b, D.shape[1]))
         reps += replicate_means(D, si, pi)
-        point += D.mean()
-    reps, point = reps / len(blocks), point / len(blocks)
-    scale = float(max(np.abs(np.asarray(A, dtype=float) - np.asarray(R, dtype=float)).max() for A, R in blocks))
+    reps /= len(diffs)
+    point = float(np.mean([D.mean() for D in diffs]))
+    scale = float(max(np.abs(D).max() for D in diffs))
     lo, hi = percentile_interval(reps, scale)
-    return Estimate(snap(point, scale), lo, hi, sum(A.shape[0] for A, _ in blocks), sum(A.shape[1] for A, _ in blocks))
+    return Estimate(snap(point, scale), lo, hi, sum(D.shape[0] for D in diffs), sum(D.shape[1] for D in diffs))
 
 
 def seed_bootstrap(values, b: int = B_DEFAULT, seed: int = RNG_SEED) -> Estimate:

@@ -132,15 +132,16 @@ def verdicts_summary(texts: dict[str, str]) -> str:
                     raise ValueError(f"block rlvr:{name}: claims row not understood: {line[:80]}")
                 rank, cid = order[cells[1]]
                 measure = f"{cells[5]} on {m.group(1)}" if cells[5].startswith("mean@k") else cells[5]
-                rows.append((rank, name, f"| `{cid}` | {cells[0]} | `{name}` | {cells[2]} | {cells[3]} | {cells[4]} "
-                                         f"| {measure} | {cells[6]} |"))
+                rows.append((rank, name, cells[2].strip("*"),
+                             f"| `{cid}` | {cells[0]} | `{name}` | {cells[2]} | {cells[3]} | {cells[4]} "
+                             f"| {measure} | {cells[6]} |"))
     if not rows:
         raise LookupError("no study block with a judged-set claims table")
-    verdicts = [r[2].split(" | ")[3].strip("*") for r in rows]
+    verdicts = [r[2] for r in rows]
     counts = ", ".join(f"{k}: {verdicts.count(k)}" for k in
                        ("supported", "contradicted", "smaller than the paper's effect", "inconclusive") if k in verdicts)
     return ("| claim | paper | study | verdict | effect [95% CI] | paper's effect here | measure | seeds |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(r[2] for r in sorted(rows)) +
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(r[3] for r in sorted(rows)) +
             f"\n\n{len(rows)} verdicts from {len({r[1] for r in rows})} studies: {counts}.\n")
 
 

@@ -77,7 +77,7 @@ def read_json(path: Path) -> Any:
 def cell_model(input_name: str, summary: dict) -> str | None:
     """The model of the grid cell a train output came from, read from its input name
     ``run_<model>-<method>-s<seed>`` (stage_graph's names); None for a name of another form."""
-    suffix = f"-{summary['method']}-s{summary['seed']}"
-    if input_name.startswith("run_") and input_name.endswith(suffix) and len(input_name) > 4 + len(suffix):
-        return input_name[len("run_"):-len(suffix)]
-    return None
+    from analysis.paper import result_model
+    key = input_name.removeprefix("run_")
+    model = result_model({"label": key, "method": summary["method"]})
+    return model if input_name.startswith("run_") and key == f"{model}-{summary['method']}-s{summary['seed']}" else None

@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from components.artifacts import write_atomic
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "papers.md"
 
 
@@ -80,9 +82,7 @@ def main(argv=None) -> int:
             return 1
         return 0
     new = render(doc)
-    tmp = DOC.with_suffix(".md.tmp")
-    tmp.write_text(new, encoding="utf-8")
-    tmp.replace(DOC)
+    write_atomic(DOC, new)
     print(f"wrote {DOC}")
     return 0
 

@@ -24,12 +24,6 @@ starts; run with ``OMP_NUM_THREADS`` equal to it so that vLLM's CPU kernels (Ope
 same count (vLLM's CPU worker then disables ``torch.set_num_threads`` in this process). The
 count each engine ran with is printed.
 
-``--evaluate N`` instead runs the ``evaluate`` stage (its own code: chat template, the project's
-grader) on MATH500's first N problems once per engine (``engine`` = ``engine: hf``, ``vllm`` =
-``engine: vllm``), ``--n`` samples per problem, ``--temperature`` / ``--top-p`` / ``--max-new``,
-one seed, and prints mean@n with its 95 % bootstrap interval over problems
-(analysis.stats), the paired difference to the first engine, the share of responses cut by
-the budget, generated tokens and each stage's wall time (engine start-up included).
 ``--markdown`` prints the tables as markdown (what bench/RESULTS.md holds). ``--profile``
 first prints torch.profiler's top operators of one call of ``engine-before`` and ``engine``
 (where the decode loop's time goes, before and after). ``--device auto`` (default) runs the
@@ -39,26 +33,22 @@ embedded engine and ``model.generate`` on CUDA when present (bf16 there, ``--dty
     .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm --model <tiny pretrain artifact>
     .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm --model <SmolLM2 pretrain artifact> \
         --math500 --prompts 16 --n 4 --max-new 256
-    OMP_NUM_THREADS=1 .venv-scale/bin/python bench/engine_throughput.py --engines engine,vllm \
-        --model <SmolLM2 pretrain artifact> --evaluate 100 --n 4 --temperature 0.7 --max-new 128 --threads 1
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
-import json
 import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from components.artifacts import write_atomic
 from components.engine.base import Request, SamplingParams, TokenMeter
 
 # the engine before bucketing, its attention, its oneDNN linears and its decode step (components/engine/hf.py)
@@ -134,82 +124,6 @@ def contexts(tok, args) -> list[list[int]]:
             for p in generate_problems(args.prompts, [6, 7, 8], seed=3, operand_digits=1)]
 
 
-ENGINE_OF_STAGE = {"engine": "hf", "vllm": "vllm"}   # bench name -> the evaluate stage's ``engine``
-
-
-def evaluate_engines(args, names: list[str]) -> None:
-    """The evaluate stage on MATH500[:N] once per engine, same params but ``engine``."""
-    from analysis.stats import bootstrap_mean, paired_difference
-    from components.stages import evaluate
-    from components.stages.base import NullTracker, StageContext
-
-    if args.model is None:
-        raise SystemExit("--evaluate needs --model (a pretrain artifact or model directory)")
-    out_root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-eval-"))
-    rows = {}
-    for name in names:
-        if name not in ENGINE_OF_STAGE:
-            raise SystemExit(f"--evaluate: engine {name!r} is not one of the evaluate stage's ({', '.join(ENGINE_OF_STAGE)})")
-        params = evaluate.Params(label=f"bench-{name}", benchmark="math500", max_problems=args.evaluate,
-                                 samples_per_seed=args.n, seeds=[0], pass_ks=[1, args.n], temperature=args.temperature,
-                                 top_p=args.top_p, max_new_tokens=args.max_new, prompt_template="chat",
-                                 threads=args.threads, engine=ENGINE_OF_STAGE[name])
-        out = out_root / name
-        record = out / "bench.json"
-        setting = {"params": params.model_dump(mode="json"), "model": str(Path(args.model).resolve())}
-        if record.is_file():
-            # an earlier invocation with --out ran this engine: reuse it only for the same settings
-            done = json.loads(record.read_text())
-            if done["setting"] != setting:
-                raise SystemExit(f"{record}: ran with other settings ({done['setting']}); use another --out")
-        else:
-            out.mkdir(parents=True, exist_ok=False)
-            # benchmark set: the stage reads its problems from MATH500, never from a ``hard`` input
-            ctx = StageContext(out_dir=out, work_dir=out / "work", inputs={"model": Path(args.model)},
-                               tracker=NullTracker())
-            load0 = os.getloadavg()[0]
-            t0, c0 = time.perf_counter(), time.process_time()
-            evaluate.run(params, ctx)
-            done = {"setting": setting, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-                    "torch_threads": torch.get_num_threads(), "load_avg": [load0, os.getloadavg()[0]],
-                    "dtype": "float32" if name == "engine" else vllm_auto_dtype(),
-                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
-            record.write_text(json.dumps(done, indent=1))
-        res = json.loads((out / "results.json").read_text())
-        rows[name] = (res, done)
-        print(f"{name}: evaluate wall {done['wall_s']:.0f} s, mean@{args.n} {res['mean_at_k']:.3f}, "
-              f"clip {res['clip_ratio']:.2f}, results {out / 'results.json'}", flush=True)
-    first = names[0]
-    uids = list(rows[first][0]["per_problem"])
-    acc = {n: np.array([[rows[n][0]["per_problem"][u] for u in uids]]) for n in rows}
-    label = {"engine": "embedded transformers engine (`engine: hf`)", "vllm": "vLLM CPU (`engine: vllm`)"}
-    print(f"\n| engine | mean@{args.n} [95% CI] | pass@{args.n} | responses cut at {args.max_new} tokens | "
-          "mean response tokens | generated tokens | wall s | CPU s | generated tokens / CPU s | dtype | "
-          "threads (torch, OMP) | load average (start, end) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for n, (res, done) in rows.items():
-        gen = res["eval_tokens"]["generated_tokens"]
-        print(f"| {label[n]} | {bootstrap_mean(acc[n]).fmt()} | {res['pass_at_k'][str(args.n)]:.3f} | "
-              f"{res['clip_ratio']:.1%} | {res['response_length_mean']:.0f} | {gen:,} | {done['wall_s']:.0f} | "
-              f"{done['cpu_s']:.0f} | {gen / done['cpu_s']:.0f} | {done['dtype']} | "
-              f"{done['torch_threads']}, {done['omp_num_threads']} | "
-              f"{done['load_avg'][0]:.1f}, {done['load_avg'][1]:.1f} |")
-    for n in names[1:]:
-        print(f"\n{n} - {first}, paired over the same problems: {paired_difference(acc[n], acc[first]).fmt()}")
-    print(f"\n(MATH500 first {len(uids)} problems x {args.n} samples, one seed (0), T={args.temperature}, "
-          f"top_p={args.top_p}, up to {args.max_new} new tokens, chat template; wall and CPU s: the whole stage, "
-          "engine start-up and grading included; CPU s: this process (all its threads; the grader's worker "
-          "processes not counted); interval: bootstrap over problems)")
-
-
-def vllm_auto_dtype() -> str:
-    """The dtype vLLM's ``dtype="auto"`` (the evaluate stage's) gives a float32 checkpoint here:
-    it downcasts float32 to the platform's preferred dtype (bfloat16 on a CPU with it)."""
-    from vllm.config.model import _resolve_auto_dtype
-
-    return str(_resolve_auto_dtype("llama", torch.float32, is_pooling_model=False)).replace("torch.", "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     workload_args(ap, prompts=32, max_new=96, threads=2)
@@ -217,10 +131,6 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--vllm-dtype", default="float32", help="the throughput runs' vLLM dtype (the engine runs fp32)")
-    ap.add_argument("--evaluate", type=int, default=None, metavar="N",
-                    help="run the evaluate stage on MATH500[:N] per engine instead of the throughput runs")
-    ap.add_argument("--out", default=None, help="--evaluate: keep each engine's results in OUT/<engine> and reuse "
-                    "them in a later call with the same settings (one engine per call, then the table)")
     ap.add_argument("--warmup", default="all", help="engines that get an untimed warm-up call first "
                     "(comma-separated, 'all' or 'none')")
     ap.add_argument("--markdown", action="store_true", help="the throughput table as markdown")
@@ -289,16 +199,11 @@ def write_results(key: str, output: str, path: Path = RESULTS) -> None:
         text = head + block + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + f"\n\n### Run `{key}` (`bench/{bench}.py --results {key}`)\n\n{block}\n"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
 
 
 def run(args) -> None:
     torch.set_num_threads(args.threads)
-    if args.evaluate is not None:
-        evaluate_engines(args, args.engines.split(","))
-        return
     from components.engine.device import place
 
     model_dir, model, tok = load(args.model)

@@ -120,6 +120,28 @@ def _fsync_dir(d: Path) -> None:
             os.close(fd)
 
 
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to a temp file in ``path``'s directory, fsync it, then rename it over
+    ``path``: a reader (another process, the XCom sidecar after the container exits) sees the old
+    file or the whole new one, never half of it; a crash mid-write leaves no temp file behind."""
+    import tempfile
+
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a reader under another uid
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _write_manifest(d: Path, manifest: dict) -> None:
     p = d / MANIFEST
     with open(p, "w") as f:

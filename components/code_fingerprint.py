@@ -150,10 +150,9 @@ def _save_disk(path: Path | None, disk: dict) -> None:
     if path is None or not disk.pop(_DIRTY, False):
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(disk))
-        os.replace(tmp, path)
+        from components.artifacts import write_atomic
+
+        write_atomic(path, json.dumps(disk))
     except OSError:
         pass
 

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Optional
 import typer
 
 from components import lineage, receipts
+from components.artifacts import write_atomic
 
 
 def _die(msg: str, code: int = 2) -> None:
@@ -64,7 +64,7 @@ def run_stage_cmd(name: str = typer.Argument(..., help="stage name"),
     text = json.dumps({**result, **x}, sort_keys=True)
     if xcom_file is not None:
         try:
-            _write_atomic(xcom_file, text + "\n")
+            write_atomic(xcom_file, text + "\n")
         except OSError as e:  # the stage itself finished and is cached; only the hand-back failed
             _die(f"--xcom-file: {xcom_file}: {e.strerror or e}", 1)
     typer.echo(text)
@@ -91,21 +91,3 @@ def train_verl_cmd(params: str = typer.Option(..., "--params", help="train param
     typer.echo(json.dumps(train_with_verl(p, ctx), indent=2))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Temp file + rename in the same directory: the XCom sidecar reads the file after the
-    container exits; a pod killed mid-write must leave no file rather than half a JSON."""
-    import tempfile
-    path = path.expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a sidecar under another uid
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

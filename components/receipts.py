@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from components.artifacts import write_atomic
+
 RECEIPT_ENV = "RLVR_RECEIPT"
 REPO = Path(__file__).resolve().parents[1]
 # the code that turns a sweep file into stage calls: a change here may change the calls
@@ -71,9 +73,7 @@ def commit(home: Path, sweep: str, fp: str, tmp: Path) -> Path:
         c = json.loads(line)
         calls.setdefault((c["stage"], c["cache_key"]), c)
     out = receipt_path(home, sweep)
-    part = out.with_name(out.name + ".part")
-    part.write_text(json.dumps({"sweep": sweep, "fingerprint": fp, "calls": list(calls.values())}, indent=1))
-    os.replace(part, out)
+    write_atomic(out, json.dumps({"sweep": sweep, "fingerprint": fp, "calls": list(calls.values())}, indent=1))
     tmp.unlink(missing_ok=True)
     return out
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from components.artifacts import write_atomic
+
 RETRIES_ENV, TIMEOUT_ENV = "RLVR_TRACKING_RETRIES", "RLVR_TRACKING_TIMEOUT_S"
 WAIT_ENV, PROBE_ENV = "RLVR_TRACKING_WAIT_S", "RLVR_TRACKING_PROBE_S"
 SPOOL_DIR = "tracking-spool"   # under the stage's work dir
@@ -118,9 +120,7 @@ class Spool:
         if not records:
             self.path.unlink(missing_ok=True)
             return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 # How each record kind reaches MLflow: components.tracking registers metrics, params, tags and

@@ -34,6 +34,8 @@ import re
 import sys
 from pathlib import Path
 
+from components.artifacts import write_atomic
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/results.md")
 
@@ -309,14 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         new = {f: fill(t, summary) for f, t in new.items()}
     changed = [f for f in texts if new[f] != texts[f]]
     for f in changed:
-        tmp = Path(f + ".tmp")
-        tmp.write_text(new[f])
-        tmp.replace(f)
+        write_atomic(f, new[f])
     for f, data in files.items():
         if not f.is_file() or f.read_bytes() != data:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.with_suffix(".tmp").write_bytes(data)
-            f.with_suffix(".tmp").replace(f)
+            write_atomic(f, data)
             changed.append(str(f.relative_to(REPO)))
     print(f"filled {len(names)} block(s) ({', '.join(names) or 'none'}); changed: {', '.join(changed) or 'nothing'}",
           file=sys.stderr)

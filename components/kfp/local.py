@@ -40,6 +40,7 @@ from kfp.local import io, logging_utils, status, subprocess_task_handler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from components import stage_graph
+from components.artifacts import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,8 +95,8 @@ def _dry_start(cmd: list[str]) -> int:
     from components.kfp import steps
     snap = steps.snapshot(json.loads(_opt(cmd, "--sweep")), json.loads(_opt(cmd, "--seeds")),
                           json.loads(_opt(cmd, "--methods")), "kfp dry run")
-    steps._write(_opt(cmd, "--parent-out"), DRY_PARENT)
-    steps._write(_opt(cmd, "--sweep-out"), json.dumps(snap.model_dump(mode="json"), sort_keys=True))
+    write_atomic(_opt(cmd, "--parent-out"), DRY_PARENT)
+    write_atomic(_opt(cmd, "--sweep-out"), json.dumps(snap.model_dump(mode="json"), sort_keys=True))
     return 0
 
 
@@ -103,9 +104,7 @@ def _dry_stage(cmd: list[str]) -> int:
     c = stage_graph.call(cmd[2], "", json.loads(_opt(cmd, "--params")), json.loads(_opt(cmd, "--inputs")),
                          json.loads(_opt(cmd, "--extra") or "{}"))
     res = stage_graph.labelled(stage_graph.dry_result(c), c)
-    out = Path(_opt(cmd, "--xcom-file"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, sort_keys=True) + "\n")
+    write_atomic(_opt(cmd, "--xcom-file"), json.dumps(res, sort_keys=True) + "\n")
     return 0
 
 

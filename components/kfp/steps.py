@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from components import stage_graph
+from components.artifacts import write_atomic
 from components.sweep import Sweep, SweepError, parse_sweep
 
 UPSTREAM = tuple(s.result for s in stage_graph.STAGES)
@@ -44,19 +42,6 @@ def _json(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise StepError(f"--{what}: not valid JSON ({e})") from None
-
-
-def _write(path: str, text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def snapshot(sweep: dict, seeds: list | None, methods: list | None, where: str) -> Sweep:
@@ -87,8 +72,8 @@ def start_sweep(a: argparse.Namespace) -> None:
     snap = snapshot(raw, _json(a.seeds, "seeds"), _json(a.methods, "methods"), f"kfp run {a.run}")
     parent, stored = open_sweep_run(snap.name, snap.model_dump(mode="json"), RUN_TAG_PREFIX + a.run)
     parse_sweep(stored, f"<stored snapshot of run {parent}>")
-    _write(a.parent_out, parent)
-    _write(a.sweep_out, json.dumps(stored, sort_keys=True))
+    write_atomic(a.parent_out, parent)
+    write_atomic(a.sweep_out, json.dumps(stored, sort_keys=True))
     print(json.dumps({"parent": parent, "sweep": snap.name}))
 
 
@@ -103,14 +88,14 @@ def plan_cmd(a: argparse.Namespace) -> None:
     up = {k: _result(_json(getattr(a, k), k), k) for k in UPSTREAM if getattr(a, k) is not None}
     items = plan(a.stage, _json(a.sweep, "sweep"), up, a.parent or "")
     if a.calls_out:
-        _write(a.calls_out, json.dumps(items))
+        write_atomic(a.calls_out, json.dumps(items))
     else:  # a one-call stage: its params and inputs as two plain strings
         if len(items) != 1:
             raise StepError(f"plan {a.stage}: expected one call, got {len(items)}")
         if not (a.params_out and a.inputs_out):
             raise StepError("plan: give --calls-out, or --params-out and --inputs-out")
-        _write(a.params_out, items[0]["params"])
-        _write(a.inputs_out, items[0]["inputs"])
+        write_atomic(a.params_out, items[0]["params"])
+        write_atomic(a.inputs_out, items[0]["inputs"])
     print(json.dumps({"stage": a.stage, "cells": [i["cell"] for i in items]}))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from components.artifacts import write_atomic
+
 
 def pid_file(services: Path) -> Path:
     return services / "pids.json"
@@ -26,9 +28,7 @@ def read_pids(services: Path) -> dict[str, dict]:
 
 
 def _write_pids(services: Path, pids: dict[str, dict]) -> None:
-    tmp = pid_file(services).with_suffix(".tmp")
-    tmp.write_text(json.dumps(pids, indent=1, sort_keys=True))
-    os.replace(tmp, pid_file(services))
+    write_atomic(pid_file(services), json.dumps(pids, indent=1, sort_keys=True))
 
 
 def start(services: Path, name: str, argv: list[str], env: dict[str, str], user: str | None = None,

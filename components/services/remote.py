@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import httpx
 
+from components.artifacts import write_atomic
 from components.services.postgres import ServiceError
 
 FINAL_RUN = {"success", "failed"}
@@ -129,9 +130,7 @@ def submit(af: Airflow, sweeps_dir: Path, file: Path, name: str, digest: str, ti
         sweeps_dir.mkdir(parents=True, exist_ok=True)
         text = file.read_text(encoding="utf-8")
         if not target.exists() or target.read_text(encoding="utf-8") != text:
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(target)
+            write_atomic(target, text)
     t_end = time.monotonic() + timeout
     asked = False
     while True:

@@ -127,13 +127,8 @@ class HFEngine:
         piece; the meter still counts it once, as the protocol says)."""
         order = sorted((ri for ri, r in enumerate(requests) if r.n > 0),
                        key=lambda ri: len(requests[ri].context_ids))
-        pieces: list[tuple[int, int]] = []
-        for ri in order:
-            left = requests[ri].n
-            while left > 0:
-                take = min(left, self.max_batch_sequences)
-                pieces.append((ri, take))
-                left -= take
+        m = self.max_batch_sequences
+        pieces = [(ri, min(m, requests[ri].n - s)) for ri in order for s in range(0, requests[ri].n, m)]
         if not self.bucket:
             return fill_in_order(pieces, [k for _, k in pieces], self.max_batch_sequences)
         widths = [len(requests[ri].context_ids) for ri, _ in pieces]

@@ -67,15 +67,9 @@ def prompt_input(request: Request) -> dict[str, Any]:
 def to_completions(outputs: Sequence[Any]) -> list[list[Completion]]:
     """vLLM ``RequestOutput``s (``.outputs[i].text/.token_ids/.finish_reason``) -> ours.
     vLLM's finish reasons are "stop" (EOS or a stop string / id) and "length"."""
-    out = []
-    for ro in outputs:
-        comps = []
-        for co in ro.outputs:
-            reason = co.finish_reason if co.finish_reason in ("stop", "length") else "stop"
-            comps.append(Completion(token_ids=tuple(int(t) for t in co.token_ids), text=co.text,
-                                    finish_reason=reason))
-        out.append(comps)
-    return out
+    return [[Completion(token_ids=tuple(int(t) for t in co.token_ids), text=co.text,
+                        finish_reason=co.finish_reason if co.finish_reason in ("stop", "length") else "stop")
+             for co in ro.outputs] for ro in outputs]
 
 
 def meter_counts(requests: Sequence[Request], outputs: Sequence[Any]) -> dict[str, int]:

@@ -109,12 +109,9 @@ def token_logprobs(model, sequences: Sequence[Sequence[int]], starts: Sequence[i
 def _token_logprobs(model, sequences, starts, pad_id, with_logits_window):
     import torch
 
-    T = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), T), pad_id, dtype=torch.long)
-    att = torch.zeros((len(sequences), T), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-        att[i, :len(s)] = 1
+    from components.trainer.sequences import pad_rows
+
+    ids, att = pad_rows(sequences, pad_id)
     with torch.inference_mode():
         dev = next(model.parameters()).device
         ids, att = ids.to(dev), att.to(dev)

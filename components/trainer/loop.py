@@ -124,19 +124,6 @@ class FitLoop:
     def training_set(self, items: Sequence[Any], resources: dict[str, Any]) -> list:
         return self.task.training_set(self, items, resources)
 
-    def batch_size(self) -> int:
-        return self.cfg.batch_prompts
-
-    def validation_set(self, items: Sequence[Any]) -> list:
-        return self.task.validation_set(self, items)
-
-    def rollout(self, batch: list, step: int, rng: np.random.Generator) -> list:
-        """The step's rollouts (inside the meter's ``step`` tag)."""
-        return self.method.rollout(batch, self.task.context(self, step, self.cfg.seed), rng)
-
-    def observe(self, rollouts: list, step: int) -> None:
-        self.method.observe(rollouts)
-
     def validation_metrics(self, val_set: list, step: int) -> dict[str, float]:
         return self.task.validation_metrics(self, val_set, step)
 
@@ -148,7 +135,7 @@ class FitLoop:
                  tokenizer, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
         c = self.cfg
         train_set = self.training_set(problems, {**resources, "tokenizer": tokenizer})
-        val_set = self.validation_set(val_problems)
+        val_set = self.task.validation_set(self, val_problems)
         start, state = self.restore()
         if state is not None:
             self.method.load_state_dict(state["method"])
@@ -163,14 +150,14 @@ class FitLoop:
             for step in range(start, c.steps):
                 self.begin_step(step)
                 t0 = time.monotonic()
-                batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, self.batch_size())]
+                batch = [train_set[i] for i in batch_order(len(train_set), c.seed, step, c.batch_prompts)]
                 rng = np.random.default_rng([c.seed, step, 17])
                 before = training_tokens(self.meter)
                 with self.meter.tagged(step=step):
-                    groups = self.rollout(batch, step, rng)
+                    groups = self.method.rollout(batch, self.task.context(self, step, c.seed), rng)
                 self.after_rollout()
                 t_gen = time.monotonic() - t0
-                self.observe(groups, step)
+                self.method.observe(groups)
                 upd = self.update(groups)
                 self.after_update()
                 row = self.step_metrics(groups, before, training_tokens(self.meter))

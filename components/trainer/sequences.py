@@ -30,6 +30,19 @@ class Sequences:
                          self.group_ids, self.rewards.to(device), self.supervised.to(device))
 
 
+def pad_rows(rows, pad: int, *, left: bool = False, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows -> (ids, attention) long tensors of shape [len(rows), width], each row placed
+    at the start (right padding) or, with ``left``, at the end; ``width`` defaults to the longest."""
+    width = max((len(r) for r in rows), default=1) if width is None else width
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        span = slice(width - len(r), width) if left else slice(0, len(r))
+        ids[i, span] = torch.tensor(list(r), dtype=torch.long)
+        att[i, span] = 1
+    return ids, att
+
+
 def build_sequences(groups: list[Group], pad_id: int) -> Sequences:
     rows, masks, gids, rewards, sup = [], [], [], [], []
     for g in groups:
@@ -39,14 +52,8 @@ def build_sequences(groups: list[Group], pad_id: int) -> Sequences:
             gids.append(g.uid)
             rewards.append(float(r))
             sup.append(g.supervised)
-    T = max((len(r) for r in rows), default=1)
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), T), dtype=torch.long)
-    msk = torch.zeros((len(rows), T), dtype=torch.float32)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        att[i, : len(r)] = 1
-        msk[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    ids, att = pad_rows(rows, pad_id)
+    msk = pad_rows(masks, 0)[0].float()
     return Sequences(ids, att, msk, gids, torch.tensor(rewards), torch.tensor(sup, dtype=torch.bool))
 
 

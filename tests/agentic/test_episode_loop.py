@@ -17,8 +17,7 @@ from components.policy.model import TinyPolicyConfig, build_policy
 from components.stages.base import NullTracker
 from components.trainer.loop import FitLoop
 
-LOOP_STEPS = ("run_loop", "_log", "write_records", "training_set", "batch_size", "validation_set", "rollout",
-              "observe", "validation_metrics")
+LOOP_STEPS = ("run_loop", "_log", "write_records", "training_set", "validation_metrics")
 BACKEND_PARTS = ("play", "update", "restore", "save_checkpoint", "log_metrics")
 
 

@@ -34,7 +34,8 @@ def step_groups(t, problems, tok):
     res = {"expert_traces": {p.uid: p.traces[0] for p in problems}, "p0": {}}
     train_set = t.training_set(problems, {**res, "tokenizer": tok})
     with t.meter.tagged(step=0):
-        return t.rollout(train_set[:t.cfg.batch_prompts], 0, np.random.default_rng(0))
+        return t.method.rollout(train_set[:t.cfg.batch_prompts], t.task.context(t, 0, t.cfg.seed),
+                                np.random.default_rng(0))
 
 
 def ppo_step_by_hand(model, opt, groups, old_model, clip=0.2, dual_clip=3.0):

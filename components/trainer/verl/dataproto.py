@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from components.methods.base import Group, Method, advantage_terms
+from components.trainer.sequences import pad_rows
 
 
 def groups_to_dataproto(groups: Sequence[Group], pad_id: int, response_length: int | None = None):
@@ -27,24 +28,15 @@ def groups_to_dataproto(groups: Sequence[Group], pad_id: int, response_length: i
     rows = [(g, resp, r) for g in groups for resp, r in zip(g.responses, g.rewards)]
     if not rows:
         raise ValueError("groups_to_dataproto: no samples in the groups")
-    P = max(len(g.context_ids) for g, _, _ in rows)
     longest = max(len(resp) for _, resp, _ in rows)
     R = longest if response_length is None else int(response_length)
     if longest > R:
         raise ValueError(f"groups_to_dataproto: a response has {longest} tokens > response_length {R}")
-    N = len(rows)
-    prompts = torch.full((N, P), pad_id, dtype=torch.long)
-    p_att = torch.zeros((N, P), dtype=torch.long)
-    responses = torch.full((N, R), pad_id, dtype=torch.long)
-    r_att = torch.zeros((N, R), dtype=torch.long)
-    scores = torch.zeros((N, R), dtype=torch.float32)
-    for i, (g, resp, reward) in enumerate(rows):
-        ctx = g.context_ids
-        prompts[i, P - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
-        p_att[i, P - len(ctx):] = 1
+    prompts, p_att = pad_rows([g.context_ids for g, _, _ in rows], pad_id, left=True)
+    responses, r_att = pad_rows([resp for _, resp, _ in rows], pad_id, width=R)
+    scores = torch.zeros((len(rows), R), dtype=torch.float32)
+    for i, (_, resp, reward) in enumerate(rows):
         if resp:
-            responses[i, :len(resp)] = torch.tensor(resp, dtype=torch.long)
-            r_att[i, :len(resp)] = 1
             scores[i, len(resp) - 1] = float(reward)
     attention = torch.cat([p_att, r_att], dim=1)
     tensors = {

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from components.engine.base import (Completion, Request, SamplingParams, TokenMeter, check_purpose,
                                     split_runs)
+from components.trainer.sequences import pad_rows
 
 AGENT_LOOP_NAME = "rlvr_context_ids"
 
@@ -56,12 +56,7 @@ def requests_to_dataproto(requests: Sequence[Request], params: SamplingParams, p
 
     if not requests:
         raise ValueError("requests_to_dataproto: no requests")
-    P = max(len(r.context_ids) for r in requests)
-    ids = torch.full((len(requests), P), pad_id, dtype=torch.long)
-    att = torch.zeros((len(requests), P), dtype=torch.long)
-    for i, r in enumerate(requests):
-        ids[i, P - len(r.context_ids):] = torch.tensor(r.context_ids, dtype=torch.long)
-        att[i, P - len(r.context_ids):] = 1
+    ids, att = pad_rows([r.context_ids for r in requests], pad_id, left=True)
     base = DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": att, "position_ids": (att.cumsum(-1) - 1).clamp(min=0)},
         non_tensors={"context_ids": object_array([list(r.context_ids) for r in requests]),
@@ -113,18 +108,18 @@ class VerlRolloutEngine:
         check_purpose(purpose)
         out: list[list[Completion]] = [[] for _ in requests]
         live = [i for i, r in enumerate(requests) if r.n > 0]
-        gen_tokens = pad_tokens = pad_rows = 0
+        gen_tokens = pad_tokens = filler_rows = 0
         if live:
             batch = requests_to_dataproto([requests[i] for i in live], params, self.pad_id)
             batch.meta_info.update({"eos_token_id": self.eos_id, "pad_token_id": self.pad_id,
                                     "validate": purpose in ("validation", "eval"), **self.meta_info})
-            padded, pad_rows = pad_dataproto_to_divisor(batch, self.divisor)
+            padded, filler_rows = pad_dataproto_to_divisor(batch, self.divisor)
             result = self.generate_sequences(padded)
             if len(result) != len(padded):
                 raise RuntimeError(f"generate_sequences returned {len(result)} rows for {len(padded)}")
-            kept = unpad_dataproto(result, pad_rows)
+            kept = unpad_dataproto(result, filler_rows)
             comps = dataproto_to_completions(kept, self.tokenizer, self.eos_id)
-            if pad_rows:
+            if filler_rows:
                 tail = dataproto_to_completions(result[len(kept):], self.tokenizer, self.eos_id)
                 pad_tokens = sum(len(c.token_ids) for c in tail)
             for i, mine in zip(live, split_runs(comps, [requests[i].n for i in live])):
@@ -132,8 +127,8 @@ class VerlRolloutEngine:
             gen_tokens = sum(len(c.token_ids) for c in comps)
         self.meter.record(purpose, prompt_tokens=sum(len(requests[i].context_ids) for i in live),
                           generated_tokens=gen_tokens, sequences=sum(len(c) for c in out), requests=len(requests))
-        if pad_rows:
+        if filler_rows:
             # generated to fill the divisor, then dropped: counted, never lost
-            self.meter.record("discarded", prompt_tokens=0, generated_tokens=pad_tokens, sequences=pad_rows,
+            self.meter.record("discarded", prompt_tokens=0, generated_tokens=pad_tokens, sequences=filler_rows,
                               requests=0)
         return out

@@ -50,7 +50,6 @@ from components.agentic.rollout import EpisodeGroup, EpisodeRun, Start, episode_
 from components.agentic.task import EpisodeLoop, turn_rows
 from components.algos.advantages import adv_estimator
 from components.data.prompting import encode_prompt
-from components.data.schema import Problem
 from components.engine.base import SamplingParams, TokenMeter
 from components.methods.base import Group, RolloutContext
 from components.methods.registry import build
@@ -92,7 +91,7 @@ class VerlTrainer(RayPPOTrainer):
                  train_cfg, task: str, n_train: int, n_val: int):
         self.cfg = train_cfg
         # verl's trainer wants dataloaders; our batches come from the loop's batch_order
-        ds = _Indices(max(n_train, self.batch_size()))
+        ds = _Indices(max(n_train, train_cfg.batch_prompts))
         super().__init__(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
                          resource_pool_manager=resource_pool_manager, ray_worker_group_cls=ray_worker_group_cls,
                          train_dataset=ds, val_dataset=_Indices(max(n_val, 1)), collate_fn=_collate,

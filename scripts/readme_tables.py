@@ -112,6 +112,19 @@ FACTS = {"facts.methods": methods_fact, "facts.bad_input": bad_input_fact}
 
 VERDICTS_BLOCK = "summary.verdicts"
 JUDGED = re.compile(r"^#### Pre-registered claims on (\S+) \(the judged set\)\n", re.M)
+NUM = r"[+-]?[0-9.]+(?:e[+-]?[0-9]+)?"
+INTERVAL = re.compile(rf"^{NUM} \[({NUM}), ({NUM})\]$")
+PAPER_EFFECT = re.compile(rf"^({NUM}) \(")
+
+
+def sized(interval: str, paper_effect: str) -> str:
+    """The done-when of a study's accuracy claim: the interval's half-width against half the
+    paper's effect scaled to the study ("" where the paper gives no number)."""
+    m, p = INTERVAL.match(interval), PAPER_EFFECT.match(paper_effect)
+    if m is None or p is None:
+        return ""
+    half, target = (float(m.group(2)) - float(m.group(1))) / 2, abs(float(p.group(1))) / 2
+    return f"{half:.3g} {'≤' if half <= target else '>'} {target:.3g}"
 
 
 def verdicts_summary(texts: dict[str, str]) -> str:
@@ -133,18 +146,24 @@ def verdicts_summary(texts: dict[str, str]) -> str:
                 if len(cells) < 7 or cells[1] not in order:
                     raise ValueError(f"block rlvr:{name}: claims row not understood: {line[:80]}")
                 rank, cid = order[cells[1]]
-                measure = f"{cells[5]} on {m.group(1)}" if cells[5].startswith("mean@k") else cells[5]
-                rows.append((rank, name, cells[2].strip("*"),
+                accuracy = cells[5].startswith("mean@k")
+                measure = f"{cells[5]} on {m.group(1)}" if accuracy else cells[5]
+                size = sized(cells[3], cells[4]) if accuracy else ""
+                rows.append((rank, name, cells[2].strip("*"), size,
                              f"| `{cid}` | {cells[0]} | `{name}` | {cells[2]} | {cells[3]} | {cells[4]} "
-                             f"| {measure} | {cells[6]} |"))
+                             f"| {size} | {measure} | {cells[6]} |"))
     if not rows:
         raise LookupError("no study block with a judged-set claims table")
     verdicts = [r[2] for r in rows]
     counts = ", ".join(f"{k}: {verdicts.count(k)}" for k in
                        ("supported", "contradicted", "smaller than the paper's effect", "inconclusive") if k in verdicts)
-    return ("| claim | paper | study | verdict | effect [95% CI] | paper's effect here | measure | seeds |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(r[3] for r in sorted(rows)) +
-            f"\n\n{len(rows)} verdicts from {len({r[1] for r in rows})} studies: {counts}.\n")
+    sizes = [r[3] for r in rows if r[3]]
+    return ("| claim | paper | study | verdict | effect [95% CI] | paper's effect here | half-width vs half the "
+            "paper's effect | measure | seeds |\n"
+            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(r[4] for r in sorted(rows)) +
+            f"\n\n{len(rows)} verdicts from {len({r[1] for r in rows})} studies: {counts}. Accuracy verdicts "
+            f"with a paper number whose interval's half-width is at most half the paper's effect: "
+            f"{sum('≤' in x for x in sizes)} of {len(sizes)}.\n")
 
 
 # ---- sweeps: blocks written from a sweep's tables run ----

@@ -165,3 +165,18 @@ def test_verdicts_summary_follows_the_study_blocks(tmp_path, monkeypatch, capsys
     assert rt.main([str(f), "--check", "--only", "study_vip_core,summary.verdicts"]) == 0
     with pytest.raises(ValueError, match="claims row not understood"):
         rt.verdicts_summary({"R.md": f.read_text().replace("| VIP | VIP beats uniform", "| VIP | A renamed claim")})
+
+
+def test_summary_compares_each_interval_with_half_the_papers_effect():
+    """The done-when of a study's accuracy claim, per row: the interval's half-width against half
+    the paper's scaled effect; rows without a paper number (or not accuracy) get no comparison."""
+    assert rt.sized("-0.01544 [-0.02264, -0.007738]", "+0.01104 (+2.3%)") == "0.00745 > 0.00552"
+    assert rt.sized("-0.01375 [-0.02068, -0.006285]", "+0.02061 (+4.3%)") == "0.0072 ≤ 0.0103"
+    assert rt.sized("-0.008594 [-0.01719, +0]", "-0.1 (+8.6%)") == "0.0086 ≤ 0.05"
+    assert rt.sized("+0.005226 [-0.00368, +0.01485]", "") == "" and rt.sized("", "+0.1 (+2%)") == ""
+    body = rt.bodies_of((Path(rt.REPO) / "docs" / "results.md").read_text())["study_vigor_core"][0]
+    summary = rt.verdicts_summary({"R.md": f"<!-- rlvr:study_vigor_core -->\n{body}<!-- /rlvr:study_vigor_core -->\n"})
+    rows = {line.split(" | ")[0].strip("| `"): line for line in summary.splitlines() if line.startswith("| `")}
+    assert rows["vigor>grpo"].count(" > ") == 1 and rows["vigor>greso"].count(" ≤ ") == 1
+    assert "| tokens" not in rows["vigor_rollouts<grpo"] and " ≤ " not in rows["grpo>base"]
+    assert "whose interval's half-width is at most half the paper's effect: 1 of 2." in summary

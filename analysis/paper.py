@@ -144,6 +144,14 @@ def result_model(r: dict[str, Any]) -> str:
     return re.sub(rf"-(?:{re.escape(method)}-s\d+|base)$", "", label)
 
 
+def cell_model(input_name: str, summary: dict[str, Any]) -> str | None:
+    """The model of the grid cell a train output came from, read from its input name
+    ``run_<model>-<method>-s<seed>`` (stage_graph's names); None for a name of another form."""
+    key = input_name.removeprefix("run_")
+    model = result_model({"label": key, "method": summary["method"]})
+    return model if input_name.startswith("run_") and key == f"{model}-{summary['method']}-s{summary['seed']}" else None
+
+
 def measured_from_results(results: Sequence[dict[str, Any]], models: dict[str, str] | None = None,
                           scale: float = 100.0, metric: str = "mean_at_k") -> pd.DataFrame:
     """evaluate ``results.json`` dicts -> long DataFrame ``model, method, benchmark, measured``

@@ -102,6 +102,13 @@ def test_data_stages_cover_both_tasks_parts_and_no_trainer(stage):
     assert not [m for m in files if m.startswith(("components.trainer", "components.methods"))]
 
 
+@pytest.mark.parametrize("stage", ["prepare_data", "pretrain", "filter_hard", "seed_prefixes", "train", "evaluate"])
+def test_stages_before_the_analysis_do_not_cover_it(stage):
+    """Editing a paper's number or a table's layout (analysis/) must not recompute pretraining,
+    filtering, training or evaluation: only the tokens and tables stages read analysis/."""
+    assert not [m for m in cf.module_files(f"components.stages.{stage}") if m.split(".")[0] == "analysis"]
+
+
 @pytest.mark.parametrize("edited, flips", [
     ("stage.py", True), ("helper.py", True), ("sub/rel.py", True), ("plugin.py", True),
     ("unused.py", False)])

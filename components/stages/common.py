@@ -72,12 +72,3 @@ def read_json(path: Path) -> Any:
     if not path.is_file():
         raise DataError(f"{path}: missing")
     return json.loads(path.read_text())
-
-
-def cell_model(input_name: str, summary: dict) -> str | None:
-    """The model of the grid cell a train output came from, read from its input name
-    ``run_<model>-<method>-s<seed>`` (stage_graph's names); None for a name of another form."""
-    from analysis.paper import result_model
-    key = input_name.removeprefix("run_")
-    model = result_model({"label": key, "method": summary["method"]})
-    return model if input_name.startswith("run_") and key == f"{model}-{summary['method']}-s{summary['seed']}" else None

@@ -154,7 +154,7 @@ def run(params: Params, ctx: StageContext) -> dict:
 def _with_model(name: str, summary: dict) -> dict:
     """The run's summary with the model of its grid cell, so that runs of several models pair by
     (model, seed) in the claims."""
-    from components.stages.common import cell_model
+    from analysis.paper import cell_model
     model = cell_model(name, summary)
     if model is None:
         raise ValueError(f"tables: input {name!r} does not name a grid cell "

@@ -21,7 +21,8 @@ class Params(StageParams):
 
 def run(params: Params, ctx: StageContext) -> dict:
     from analysis.tokens import per_method, run_tokens
-    from components.stages.common import cell_model, read_json
+    from analysis.paper import cell_model
+    from components.stages.common import read_json
 
     runs = []
     for name, d in sorted(ctx.inputs.items()):

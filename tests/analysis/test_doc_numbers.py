@@ -8,6 +8,7 @@ no timing, size or ratio outside a generated block or code, no history, links th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,6 @@ from components import stage_graph
 REPO = Path(__file__).resolve().parents[2]
 # every page a reader is sent to: the README and each topic page under docs/
 PAGES = ["README.md"] + sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))
-# pages README links to that other branches write; until they land a link to one is skipped, by name
-WRITTEN_ELSEWHERE = {"docs/orchestration.md": "the stage-graph branch", "docs/grading.md": "the grading branch",
-                     "docs/engine.md": "the engine branch"}
-
 # blocks a script writes: scripts/readme_tables.py's (rlvr:NAME), a page generator's (generated:NAME), a bench's (bench:NAME)
 GENERATED = re.compile(r"<!-- (?P<k>rlvr|generated|bench):(?P<n>[A-Za-z0-9_.-]+) -->\n.*?<!-- /(?P=k):(?P=n)[^>]*-->", re.S)
 FENCED = re.compile(r"```.*?```", re.S)
@@ -67,19 +64,34 @@ def test_no_history_in_prose(page):
 def _links():
     out = []
     for page in PAGES:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / page).read_text()):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", FENCED.sub("", (REPO / page).read_text())):
             if "://" not in target:
-                out.append((page, (Path(page).parent / target).as_posix()))
+                out.append((page, (Path(page).parent / target).as_posix() if target else page, anchor))
     return sorted(set(out))
 
 
-@pytest.mark.parametrize("page,target", _links())
-def test_links_resolve(page, target):
+def anchors(page: Path) -> Iterator[str]:
+    """The heading anchors GitHub gives a page: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces to hyphens, ``-1``, ``-2`` after a repeated heading."""
+    seen: dict[str, int] = {}
+    for title in re.findall(r"(?m)^#{1,6} (.+)$", FENCED.sub("", page.read_text())):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+@pytest.mark.parametrize("page,target,anchor", _links())
+def test_links_resolve(page, target, anchor):
     path = (REPO / target).resolve()
-    rel = path.relative_to(REPO).as_posix()
-    if not path.exists() and rel in WRITTEN_ELSEWHERE:
-        pytest.skip(f"{page} links {rel}, which {WRITTEN_ELSEWHERE[rel]} writes; not on this branch yet")
     assert path.exists(), f"{page}: link to {target} does not resolve"
+    if anchor and path.suffix == ".md":
+        assert anchor in set(anchors(path)), f"{page}: link to {target}#{anchor}: no such heading there"
+
+
+def test_anchors_follow_githubs_rule(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# The VIP core study (`study_vip_core.yaml`)\n## Notes\n```\n# not a heading\n```\n## Notes\n")
+    assert list(anchors(page)) == ["the-vip-core-study-study_vip_coreyaml", "notes", "notes-1"]
 
 
 def test_measurement_pattern_catches_the_kinds_it_names():

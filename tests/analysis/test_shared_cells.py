@@ -37,17 +37,18 @@ EARLIER_STAGES = {"sanity", "sanity_long", "study_pilot", "study_pilot_epochs", 
 # the long arm's code to the same tables, neither matching that block from the earlier machine.
 # Blocks whose headers name their CPU need no entry: two that name different CPUs are not
 # compared (the `rlvr.cpu` tag records what these pairs were found to be by hand).
-# The RL-ZVP arm, the selection ablation and the DAPO/GRESO cost study (one store, one machine)
-# name their CPU; the math studies before the tag do not. Their base policy's arith_levels row differs from those
-# studies', as the demo's tables do between this machine and the one of the README block before
-# it (the same code, two machines).
+# The RL-ZVP arm, the selection ablation and the DAPO/GRESO cost studies (one store, one machine)
+# name their CPU; the math studies before the tag do not. Their base policy's arith_levels row
+# differs from those studies', as the demo's tables do between this machine and the one of the
+# README block before it (the same code, two machines).
 MATH_BEFORE_THE_TAG = ("study_pair", "study_sara_core", "study_sara_dps", "study_vigor_core", "study_vip_core",
                        "study_vsr", "study_vsr_core")
 OTHER_MACHINE = {frozenset({"study_agentic_core", "study_agentic_scoring"}),
                  frozenset({"study_agentic_recency", "study_agentic_scoring"}),
                  frozenset({"agentic_babyai_diag", "agentic_babyai_diag_long"}),
                  *(frozenset({tagged, name}) for name in MATH_BEFORE_THE_TAG
-                   for tagged in ("study_vigor_zvp", "study_vigor_selection", "study_dapo_greso_tokens"))}
+                   for tagged in ("study_vigor_zvp", "study_vigor_selection", "study_dapo_greso_tokens",
+                                  "study_greso_adaptive_tokens"))}
 
 
 def accuracy_rows(body: str) -> dict[tuple[str, str], dict[str, str]] | None:
